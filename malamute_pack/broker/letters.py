@@ -1,0 +1,116 @@
+"""
+Letters: mailbox messages and service requests while the broker holds them,
+and the bounded queues that keep them (a mailbox and a service queue are the
+same structure with different limits).
+
+Tests: ``tests/test_broker_letters.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+class LetterState(enum.Enum):
+    QUEUED = "queued"  # waiting in a mailbox or service queue
+    HELD = "held"  # delivered, tracked, waiting for the recipient's CONFIRM
+    DONE = "done"  # delivered and finished, or expired
+
+
+class Kind(enum.Enum):
+    MAILBOX = "mailbox"
+    SERVICE = "service"
+
+
+@dataclass(eq=False, slots=True)
+class Letter:
+    """
+    One mailbox message or service request.
+
+    @ivar sender: the sender's address ("" for an anonymous client).
+    @ivar sender_route: the sender's routing id, to reach an anonymous sender.
+    @ivar address: the mailbox owner or the service name.
+    @ivar deadline: when it expires undelivered (clock seconds), or None.
+    """
+
+    kind: Kind
+    sender: str
+    sender_route: bytes
+    address: str
+    subject: str
+    tracker: str
+    content: list[bytes]
+    deadline: float | None = None
+    size: int = 0
+    state: LetterState = LetterState.QUEUED
+    queue: LetterQueue | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.size = sum(len(frame) for frame in self.content)
+
+
+class QueueFull(Exception):
+    """The queue's count or byte bound would be exceeded."""
+
+
+class LetterQueue:
+    """
+    A first-in first-out queue of letters bounded by count and bytes.
+
+    Letters leave from the front when delivered, or from anywhere when they
+    expire; C{requeue} puts a letter back at the front.
+    """
+
+    def __init__(self, name: str, max_messages: int, max_bytes: int) -> None:
+        self.name = name
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._letters: deque[Letter] = deque()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._letters)
+
+    def __iter__(self) -> Iterator[Letter]:
+        return iter(self._letters)
+
+    def _check_room(self, letter: Letter) -> None:
+        if len(self._letters) >= self.max_messages:
+            raise QueueFull(f"{self.name} holds {len(self._letters)} messages, its limit")
+        if self.bytes + letter.size > self.max_bytes:
+            raise QueueFull(f"{self.name} would exceed its limit of {self.max_bytes} bytes")
+
+    def append(self, letter: Letter) -> None:
+        """
+        Add C{letter} at the back.
+
+        @raise QueueFull: if that would exceed a bound.
+        """
+        self._check_room(letter)
+        self._add(letter)
+        self._letters.append(letter)
+
+    def requeue(self, letter: Letter) -> None:
+        """Put C{letter} back at the front; bounds do not refuse a return."""
+        self._add(letter)
+        self._letters.appendleft(letter)
+
+    def _add(self, letter: Letter) -> None:
+        letter.state = LetterState.QUEUED
+        letter.queue = self
+        self.bytes += letter.size
+
+    def first(self) -> Letter | None:
+        return self._letters[0] if self._letters else None
+
+    def remove(self, letter: Letter) -> None:
+        """Take C{letter} out, wherever it is."""
+        if self._letters and self._letters[0] is letter:
+            self._letters.popleft()
+        else:
+            self._letters.remove(letter)
+        self.bytes -= letter.size
+        letter.queue = None

@@ -1,0 +1,119 @@
+"""
+``twistd malamute``: the command-line options and the service they make.
+
+The service is a L{MultiService} of the ZAP handler (when PLAIN is on) and
+the ROUTER socket that feeds the broker model; everything runs in the
+reactor thread.
+
+Tests: ``tests/test_tap.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import zmq
+from twisted.application.service import IService, MultiService
+from twisted.internet.interfaces import IReactorFDSet, IReactorTime
+from twisted.python import usage
+
+from malamute_pack import settings as _settings
+from malamute_pack.broker.broker import Broker, BrokerConfig
+from malamute_pack.transport.router import RouterService, RouterSink
+from malamute_pack.transport.zap import PasswordFileError, ZapHandler, load_passwords
+from malamute_pack.zpl import ZplError, load_zpl
+
+
+class Options(usage.Options):
+    """Options of C{twistd malamute}."""
+
+    synopsis = "[options]"
+    longdesc = (
+        "Run a Malamute broker. With no options it binds ipc://@/malamute and keeps "
+        "its data under ./malamute-data."
+    )
+    optParameters = [
+        ["config", "c", None, "ZPL config file (the C broker's malamute.cfg keys)."],
+        ["timeout", "t", None, "Expire clients silent this long, in ms (default 10000).", int],
+        ["data-dir", "d", None, "Directory for the broker's data (default ./malamute-data)."],
+        ["passwords", "p", None, "Password file (user = password lines): require PLAIN."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["endpoints"] = []
+
+    def opt_endpoint(self, endpoint: str) -> None:
+        """Bind this ZeroMQ endpoint (repeatable; default ipc://@/malamute)."""
+        self["endpoints"].append(endpoint)
+
+    opt_e = opt_endpoint
+
+    def postOptions(self) -> None:
+        try:
+            self["settings"] = self.settings()
+        except (_settings.SettingsError, ZplError, OSError) as e:
+            raise usage.UsageError(str(e)) from e
+
+    def settings(self) -> _settings.Settings:
+        """The settings the config file and the options give, checked."""
+        result = _settings.Settings()
+        if self["config"]:
+            result = _settings.from_zpl(load_zpl(Path(self["config"])), result)
+        changes: dict[str, object] = {}
+        if self["endpoints"]:
+            changes["endpoints"] = tuple(self["endpoints"])
+        if self["timeout"] is not None:
+            changes["timeout_ms"] = self["timeout"]
+        if self["data-dir"]:
+            changes["data_dir"] = Path(self["data-dir"])
+        if self["passwords"]:
+            changes["passwords"] = Path(self["passwords"])
+            changes["mechanism"] = "plain"
+        return _settings.check(dataclasses.replace(result, **changes))  # type: ignore[arg-type]
+
+
+def makeBrokerService(
+    settings: _settings.Settings,
+    reactor: IReactorFDSet | None = None,
+    context: zmq.Context[zmq.Socket[bytes]] | None = None,
+) -> MultiService:
+    """The broker's services for C{settings}."""
+    if reactor is None:
+        from twisted.internet import reactor as _reactor
+
+        reactor = _reactor  # type: ignore[assignment]
+    assert reactor is not None
+    if context is None:
+        context = zmq.Context()
+    top = MultiService()
+    plain = settings.mechanism == "plain"
+    if plain:
+        assert settings.passwords is not None
+        try:
+            passwords = load_passwords(settings.passwords)
+        except PasswordFileError as e:
+            raise usage.UsageError(str(e)) from e
+        ZapHandler(reactor, context, passwords).setServiceParent(top)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    sink = RouterSink()
+    clock: IReactorTime = reactor  # type: ignore[assignment]
+    broker = Broker(
+        sink,
+        clock,
+        BrokerConfig(
+            timeout=settings.timeout_ms / 1000.0,
+            limits=settings.limits,
+            match_cache=settings.match_cache,
+        ),
+    )
+    router = RouterService(reactor, context, broker, sink, settings.endpoints, plain=plain)
+    router.setName("router")
+    router.setServiceParent(top)
+    return top
+
+
+def makeService(options: Options) -> IService:
+    """The service C{twistd malamute} runs."""
+    return makeBrokerService(options["settings"])

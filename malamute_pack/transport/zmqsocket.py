@@ -1,0 +1,137 @@
+"""
+A ZeroMQ socket inside the Twisted reactor, with no I/O threads.
+
+The socket's ``zmq.FD`` is edge-triggered: it signals readable once when the
+socket's state changes, not while messages wait. So a read drains while
+``EVENTS & POLLIN`` holds, in batches handed to the owner in one call, and
+the state is checked again after sends, since a send can consume the edge
+that announced new input. A long flood is drained a bounded number of
+batches at a time so timers and other sockets still get their turn.
+
+Tests: ``tests/test_transport_zmqsocket.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import zmq
+from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+# One delivery to the owner: a list of multipart messages.
+Batch = list[list[bytes]]
+
+_log = Logger()
+
+
+@implementer(IReadDescriptor)
+class ZmqSocket:
+    """
+    Reads a ZeroMQ socket from the reactor and sends on it without blocking.
+
+    @ivar socket: the pyzmq socket, owned by this object once started.
+    @ivar dropped: messages that could not be sent (the peer's queue was full).
+    """
+
+    def __init__(
+        self,
+        reactor: IReactorFDSet,
+        socket: zmq.Socket[bytes],
+        onBatch: Callable[[Batch], None],
+        batchSize: int = 256,
+        batchesPerTurn: int = 8,
+    ) -> None:
+        self._reactor = reactor
+        self.socket = socket
+        self._onBatch = onBatch
+        self._batchSize = batchSize
+        self._batchesPerTurn = batchesPerTurn
+        self._fd: int = socket.getsockopt(zmq.FD)  # type: ignore[assignment]
+        self._recheckScheduled = False
+        self._reading = False
+        self._closed = False
+        self.dropped = 0
+
+    # IReadDescriptor
+
+    def fileno(self) -> int:
+        return -1 if self._closed else self._fd
+
+    def logPrefix(self) -> str:
+        return "ZmqSocket"
+
+    def connectionLost(self, reason: Failure) -> None:
+        _log.warn("ZeroMQ socket removed from the reactor: {reason}", reason=reason)
+
+    def doRead(self) -> None:
+        """Drain up to C{batchesPerTurn} batches; come back soon if more wait."""
+        if self._closed:
+            return
+        self._reading = True
+        recv = self.socket.recv_multipart
+        try:
+            for _ in range(self._batchesPerTurn):
+                if not self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+                    return
+                batch: Batch = []
+                try:
+                    for _ in range(self._batchSize):
+                        batch.append(recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    pass
+                if batch:
+                    self._onBatch(batch)
+                if self._closed:
+                    return
+            # Still input after a full turn: the edge will not fire again.
+            self._scheduleRecheck()
+        finally:
+            self._reading = False
+
+    # Sending
+
+    def send(self, frames: Sequence[bytes]) -> bool:
+        """
+        Send one multipart message without blocking.
+
+        @return: False if it was dropped because the peer's queue is full
+            (or, on a ROUTER with mandatory routing, the peer is unknown).
+        """
+        try:
+            self.socket.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError as e:
+            if e.errno not in (zmq.EAGAIN, zmq.EHOSTUNREACH):
+                raise
+            self.dropped += 1
+            return False
+        finally:
+            if not self._reading:
+                self._scheduleRecheck()
+        return True
+
+    def _scheduleRecheck(self) -> None:
+        if not self._recheckScheduled and not self._closed:
+            self._recheckScheduled = True
+            self._reactor.callLater(0, self._recheck)  # type: ignore[attr-defined]
+
+    def _recheck(self) -> None:
+        self._recheckScheduled = False
+        self.doRead()
+
+    # Lifetime
+
+    def startReading(self) -> None:
+        """Register with the reactor and read anything already waiting."""
+        self._reactor.addReader(self)
+        self._scheduleRecheck()
+
+    def close(self, linger: int = 0) -> None:
+        """Leave the reactor and close the socket."""
+        if self._closed:
+            return
+        self._reactor.removeReader(self)
+        self._closed = True
+        self.socket.close(linger=linger)
