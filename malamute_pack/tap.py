@@ -33,7 +33,7 @@ class Options(usage.Options):
         "Run a Malamute broker. With no options it binds ipc://@/malamute and keeps "
         "its data under ./malamute-data."
     )
-    optParameters = [
+    optParameters = [  # noqa: RUF012 (usage.Options reads this class attribute)
         ["config", "c", None, "ZPL config file (the C broker's malamute.cfg keys)."],
         ["timeout", "t", None, "Expire clients silent this long, in ms (default 10000).", int],
         ["data-dir", "d", None, "Directory for the broker's data (default ./malamute-data)."],
@@ -61,17 +61,17 @@ class Options(usage.Options):
         result = _settings.Settings()
         if self["config"]:
             result = _settings.from_zpl(load_zpl(Path(self["config"])), result)
-        changes: dict[str, object] = {}
         if self["endpoints"]:
-            changes["endpoints"] = tuple(self["endpoints"])
+            result = dataclasses.replace(result, endpoints=tuple(self["endpoints"]))
         if self["timeout"] is not None:
-            changes["timeout_ms"] = self["timeout"]
+            result = dataclasses.replace(result, timeout_ms=self["timeout"])
         if self["data-dir"]:
-            changes["data_dir"] = Path(self["data-dir"])
+            result = dataclasses.replace(result, data_dir=Path(self["data-dir"]))
         if self["passwords"]:
-            changes["passwords"] = Path(self["passwords"])
-            changes["mechanism"] = "plain"
-        return _settings.check(dataclasses.replace(result, **changes))  # type: ignore[arg-type]
+            result = dataclasses.replace(
+                result, passwords=Path(self["passwords"]), mechanism="plain"
+            )
+        return _settings.check(result)
 
 
 def makeBrokerService(
@@ -83,7 +83,7 @@ def makeBrokerService(
     if reactor is None:
         from twisted.internet import reactor as _reactor
 
-        reactor = _reactor  # type: ignore[assignment]
+        reactor = _reactor
     assert reactor is not None
     if context is None:
         context = zmq.Context()
@@ -95,7 +95,9 @@ def makeBrokerService(
             passwords = load_passwords(settings.passwords)
         except PasswordFileError as e:
             raise usage.UsageError(str(e)) from e
-        ZapHandler(reactor, context, passwords).setServiceParent(top)
+        zap = ZapHandler(reactor, context, passwords)
+        zap.setName("zap")
+        zap.setServiceParent(top)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     sink = RouterSink()
     clock: IReactorTime = reactor  # type: ignore[assignment]

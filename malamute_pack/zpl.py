@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_LINE = re.compile(r"^(?P<indent>(?:    )*)(?P<name>[A-Za-z0-9$\-_@.&+/]+)\s*(?:=\s*(?P<value>.*))?$")
+_LINE = re.compile(
+    r"^(?P<indent>(?:    )*)(?P<name>[A-Za-z0-9$\-_@.&+/]+)\s*(?:=\s*(?P<value>.*))?$"
+)
 
 
 class ZplError(ValueError):

@@ -364,9 +364,7 @@ class ServiceTests(SynchronousTestCase):
         self.h.send(W1, mlm.ServiceOffer("echo", ""))
         messages = self.h.take(W1)
         self.assertEqual(messages[0], mlm.Ok())
-        self.assertEqual(
-            messages[1:], [mlm.ServiceDeliver("client", "echo", "early", "", [b"x"])]
-        )
+        self.assertEqual(messages[1:], [mlm.ServiceDeliver("client", "echo", "early", "", [b"x"])])
 
     def test_patternSelectsWorker(self) -> None:
         """A request goes only to a worker whose offer pattern matches its subject."""

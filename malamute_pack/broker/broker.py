@@ -145,10 +145,15 @@ class Broker:
         if len(frames) > self.limits.max_frames or (
             sum(map(len, frames)) > self.limits.max_message_bytes
         ):
-            self._refuse(route, client, message, Refused(
-                f"message too large: the limits are {self.limits.max_frames} frames"
-                f" and {self.limits.max_message_bytes} bytes"
-            ))
+            self._refuse(
+                route,
+                client,
+                message,
+                Refused(
+                    f"message too large: the limits are {self.limits.max_frames} frames"
+                    f" and {self.limits.max_message_bytes} bytes"
+                ),
+            )
             return
         self._run(actions, route, client, message)
 
@@ -175,8 +180,11 @@ class Broker:
         self.counters.malformed += 1
         self._count("malformed")
         if client is None:
-            _log.debug("malformed message from unknown peer {route}: {reason}", route=route.hex(),
-                       reason=reason)
+            _log.debug(
+                "malformed message from unknown peer {route}: {reason}",
+                route=route.hex(),
+                reason=reason,
+            )
         else:
             client.malformed += 1
             _log.warn("malformed message from {client}: {reason}", client=client, reason=reason)
@@ -187,8 +195,9 @@ class Broker:
     def _refuse(self, route: bytes, client: Client | None, message: object, e: Refused) -> None:
         self.counters.refused += 1
         self._count(e.reason.split(":")[0])
-        if isinstance(message, mlm.StreamSend | mlm.MailboxSend | mlm.ServiceSend | mlm.Credit
-                      | mlm.Confirm):
+        if isinstance(
+            message, mlm.StreamSend | mlm.MailboxSend | mlm.ServiceSend | mlm.Credit | mlm.Confirm
+        ):
             # No reply exists for these; a tracked letter's sender hears by CONFIRM.
             _log.info("refused from {client}: {reason}", client=client, reason=e.reason)
             tracker = getattr(message, "tracker", "")
@@ -230,8 +239,11 @@ class Broker:
         if address:
             previous = self.addresses.get(address)
             if previous is not None:
-                _log.info("{client} takes over the address of {previous}", client=client,
-                          previous=previous)
+                _log.info(
+                    "{client} takes over the address of {previous}",
+                    client=client,
+                    previous=previous,
+                )
                 self._event(previous, Event.TAKEN_OVER)
             self.addresses[address] = client
         self.clients[route] = client
@@ -421,13 +433,13 @@ class Broker:
             )
         return service
 
-    def _letter(self, kind: Kind, client: Client, message: mlm.MailboxSend | mlm.ServiceSend) -> Letter:
+    def _letter(
+        self, kind: Kind, client: Client, message: mlm.MailboxSend | mlm.ServiceSend
+    ) -> Letter:
         subject_bytes = len(message.subject.encode("utf-8", "surrogateescape"))
         if subject_bytes > self.limits.max_subject:
             raise Refused(f"invalid subject: longer than {self.limits.max_subject} bytes")
-        deadline = (
-            self._clock.seconds() + message.timeout / 1000.0 if message.timeout else None
-        )
+        deadline = self._clock.seconds() + message.timeout / 1000.0 if message.timeout else None
         return Letter(
             kind,
             client.address,
@@ -525,8 +537,11 @@ class Broker:
             letter.queue.remove(letter)
             letter.state = LetterState.DONE
             self.counters.expired_letters += 1
-            _log.info("{kind} message to {address!r} expired undelivered",
-                      kind=letter.kind.value, address=letter.address)
+            _log.info(
+                "{kind} message to {address!r} expired undelivered",
+                kind=letter.kind.value,
+                address=letter.address,
+            )
             self._notify_sender(letter, mlm.FAILED, "expired: not delivered before its timeout")
         self._schedule_deadline()
 
@@ -534,8 +549,11 @@ class Broker:
         """Expire every client silent for longer than the timeout."""
         limit = self._clock.seconds() - self.config.timeout
         for client in [c for c in self.clients.values() if c.last_seen < limit]:
-            _log.info("{client} expired after {timeout}s of silence", client=client,
-                      timeout=self.config.timeout)
+            _log.info(
+                "{client} expired after {timeout}s of silence",
+                client=client,
+                timeout=self.config.timeout,
+            )
             self._event(client, Event.EXPIRED)
 
 

@@ -60,7 +60,10 @@ MACHINE: Final[dict[tuple[State, type[mlm.Message] | Event], Transition]] = {
         ("store_offer", "reply_ok", "dispatch_offered"),
         State.CONNECTED,
     ),
-    (State.CONNECTED, mlm.Credit): (("credit", "deliver_mail", "dispatch_offered"), State.CONNECTED),
+    (State.CONNECTED, mlm.Credit): (
+        ("credit", "deliver_mail", "dispatch_offered"),
+        State.CONNECTED,
+    ),
     (State.CONNECTED, mlm.Confirm): (("confirm",), State.CONNECTED),
     (State.CONNECTED, Event.EXPIRED): (("deregister",), State.GONE),
     (State.CONNECTED, Event.TAKEN_OVER): (("deregister",), State.GONE),

@@ -124,7 +124,10 @@ class ZapHandler(Service):
         else:
             self.refused += 1
             status, text = b"400", b"authentication failed"
-            _log.info("refused {mechanism} client {user!r} from {address}",
-                      mechanism=mechanism.decode(), user=user.decode("utf-8", "replace"),
-                      address=body[3].decode("utf-8", "replace"))
+            _log.info(
+                "refused {mechanism} client {user!r} from {address}",
+                mechanism=mechanism.decode(),
+                user=user.decode("utf-8", "replace"),
+                address=body[3].decode("utf-8", "replace"),
+            )
         return [*envelope, b"1.0", request_id, status, text, user, b""]

@@ -14,6 +14,7 @@ Tests: ``tests/test_transport_zmqsocket.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import zmq
 from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
@@ -74,7 +75,7 @@ class ZmqSocket:
         recv = self.socket.recv_multipart
         try:
             for _ in range(self._batchesPerTurn):
-                if not self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[operator]
+                if not cast(int, self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                     return
                 batch: Batch = []
                 try:

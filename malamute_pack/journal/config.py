@@ -1,0 +1,57 @@
+"""
+The journal's settings: group commit, SQLite durability per kind of record,
+retention and pruning.
+
+Tests: ``tests/test_journal_journal.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
+
+# SQLite's PRAGMA synchronous levels, weakest first.
+SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+@dataclass(frozen=True)
+class JournalConfig:
+    """
+    ``commit_interval_s`` is the longest a write waits for more writes to
+    share its transaction, ``commit_max_batch`` the most records in one.
+    Stream records are written with ``stream_synchronous``; mailbox and
+    service records with ``queue_synchronous``, and a batch holding both
+    uses the stronger. ``prune_chunk_rows`` caps the records one pruning
+    transaction deletes.
+    """
+
+    commit_interval_s: float = 0.005
+    commit_max_batch: int = 1000
+    stream_synchronous: str = "NORMAL"
+    queue_synchronous: str = "FULL"
+    retention: RetentionPolicy = DEFAULT_RETENTION
+    per_stream_retention: Mapping[str, RetentionPolicy] = field(default_factory=dict)
+    prune_interval_s: float = 5.0
+    prune_chunk_rows: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("stream_synchronous", "queue_synchronous"):
+            value = getattr(self, name)
+            if value not in SYNCHRONOUS_LEVELS:
+                levels = ", ".join(SYNCHRONOUS_LEVELS)
+                raise ValueError(f"{name} must be one of {levels}: {value!r}")
+        if self.commit_max_batch < 1:
+            raise ValueError(f"commit_max_batch must be at least 1: {self.commit_max_batch}")
+        if self.commit_interval_s < 0:
+            raise ValueError(f"commit_interval_s must not be negative: {self.commit_interval_s}")
+        if self.prune_interval_s <= 0:
+            raise ValueError(f"prune_interval_s must be positive: {self.prune_interval_s}")
+        if self.prune_chunk_rows < 1:
+            raise ValueError(f"prune_chunk_rows must be at least 1: {self.prune_chunk_rows}")
+
+    def retention_for(self, stream: str) -> RetentionPolicy:
+        """The retention policy that applies to ``stream``."""
+        return self.per_stream_retention.get(stream, self.retention)

@@ -1,0 +1,454 @@
+"""
+The journal as the broker sees it: a facade used from the reactor thread
+that never waits on disk.
+
+Sequence numbers and queued-record ids are assigned here, synchronously,
+from counters that :meth:`Journal.open` seeds from the database; writes go
+to the :class:`~malamute_pack.journal.writer.JournalWriter` thread, which
+group-commits them and reports each batch back in one ``callFromThread``.
+Stream records stay in an in-memory tail until their batch has committed,
+so :meth:`Journal.read_stream` sees them at once; reads of committed
+records run on a reader thread with its own connection (WAL lets it read
+while the writer writes). Retention runs as a ``LoopingCall`` that hands
+each prune to the writer thread.
+
+Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
+``tests/test_journal_durability.py``, ``tests/test_journal_disk_full.py``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from malamute_pack.journal.config import JournalConfig
+from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.records import (
+    QUEUED_KINDS,
+    QueuedRecord,
+    StreamRecord,
+    decode_frames,
+)
+from malamute_pack.journal.schema import QUEUED_LAST_ID, migrate
+from malamute_pack.journal.writer import (
+    Barrier,
+    BatchOutcome,
+    DurableCallback,
+    JournalWriter,
+    Prune,
+    PruneOutcome,
+    QueuedRemove,
+    QueuedStore,
+    Stop,
+)
+
+_log = Logger()
+
+
+class _ThreadedReactor(Protocol):
+    # The two reactor methods the journal calls; Twisted's zope interfaces
+    # declare them without ``self``, which mypy cannot check calls against.
+    def seconds(self) -> float: ...
+
+    def callFromThread(self, f: Callable[..., object], *args: object) -> None: ...
+
+
+@dataclass(slots=True)
+class JournalCounters:
+    """Running totals, updated in the reactor thread as batches report back."""
+
+    batches: int = 0
+    records_written: int = 0
+    bytes_written: int = 0
+    pruned: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """
+    What :meth:`Journal.open` found: per stream the (first, last) sequence
+    numbers retained (first is last + 1 when retention left none), and the
+    queued records not yet removed, in id order.
+    """
+
+    streams: dict[str, tuple[int, int]]
+    queued: list[QueuedRecord]
+
+
+class Journal:
+    """
+    The SQLite journal at ``path``. ``reactor`` must provide
+    ``IReactorTime`` and ``IReactorFromThreads`` (the real reactor does; in
+    tests a ``Clock`` with a ``callFromThread`` will do).
+    """
+
+    def __init__(
+        self, path: Path, reactor: IReactorTime, config: JournalConfig | None = None
+    ) -> None:
+        self._path = Path(path)
+        self._reactor = reactor
+        self._clock = cast(_ThreadedReactor, reactor)
+        self._call_from_thread = self._clock.callFromThread
+        self._from_threads = cast(IReactorFromThreads, reactor)
+        self._config = config if config is not None else JournalConfig()
+        self.counters = JournalCounters()
+        self.on_error: Callable[[JournalError], None] | None = None
+        self._next_seq: dict[str, int] = {}
+        self._first_seq: dict[str, int] = {}
+        self._tails: dict[str, deque[StreamRecord]] = {}
+        self._next_id = 1
+        self._pending = 0
+        self._writer: JournalWriter | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._read_pool: ThreadPool | None = None
+        self._prune_loop: LoopingCall | None = None
+        self._pruning = False
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def pending_writes(self) -> int:
+        """Writes (appends, stores, removes) handed to the writer and not yet reported back."""
+        return self._pending
+
+    def open(self) -> Recovered:
+        """
+        Create or migrate the database, recover its state and start the
+        writer and reader threads. Blocks: call it once, at startup.
+        """
+        if self._writer is not None:
+            raise JournalError(f"journal {self._path} is already open")
+        conn: sqlite3.Connection | None = None
+        reader: sqlite3.Connection | None = None
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 10000")
+            migrate(conn)
+            recovered = self._recover(conn)
+            reader = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            reader.execute("PRAGMA busy_timeout = 10000")
+            reader.execute("PRAGMA query_only = ON")
+        except (sqlite3.Error, ValueError, OSError) as exc:
+            for c in (conn, reader):
+                if c is not None:
+                    c.close()
+            raise JournalError.wrap(exc, self._path, "opening") from exc
+        self._reader = reader
+        self._read_pool = ThreadPool(minthreads=1, maxthreads=1, name="journal-reader")
+        self._read_pool.start()
+        self._writer = JournalWriter(
+            conn,
+            self._path,
+            self._config,
+            self._call_from_thread,
+            self._batch_done,
+            self._prune_done,
+        )
+        self._writer.start()
+        self._prune_loop = LoopingCall(self._prune_tick)
+        self._prune_loop.clock = self._reactor
+        self._prune_loop.start(self._config.prune_interval_s, now=False)
+        return recovered
+
+    def _recover(self, conn: sqlite3.Connection) -> Recovered:
+        streams: dict[str, tuple[int, int]] = {}
+        for stream, last_seq in conn.execute("SELECT stream, last_seq FROM streams").fetchall():
+            (first,) = conn.execute(
+                "SELECT min(seq) FROM stream_messages WHERE stream = ?", (stream,)
+            ).fetchone()
+            streams[stream] = (first if first is not None else last_seq + 1, last_seq)
+        queued = [
+            QueuedRecord(rid, kind, address, sender, subject, tracker, deadline, created,
+                         decode_frames(content))
+            for rid, kind, address, sender, subject, tracker, deadline, created, content
+            in conn.execute(
+                "SELECT id, kind, address, sender, subject, tracker, deadline, created, content "
+                "FROM queued_messages ORDER BY id"
+            )
+        ]  # fmt: skip
+        row = conn.execute(
+            "SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)
+        ).fetchone()
+        last_id = max(row[0] if row else 0, queued[-1].id if queued else 0)
+        self._next_seq = {stream: last + 1 for stream, (_, last) in streams.items()}
+        self._first_seq = {stream: first for stream, (first, _) in streams.items()}
+        self._next_id = last_id + 1
+        return Recovered(streams, queued)
+
+    def close(self) -> Deferred[None]:
+        """Write everything queued, then stop the threads and close the database."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return succeed(None)
+        if self._prune_loop is not None and self._prune_loop.running:
+            self._prune_loop.stop()
+        stopped: Deferred[None] = Deferred()
+        writer.submit(Stop(lambda: stopped.callback(None)))
+
+        def close_reader(_: None) -> Deferred[None]:
+            writer.join()
+            reader, pool = self._reader, self._read_pool
+            assert reader is not None and pool is not None
+            self._reader = self._read_pool = None
+            closed = deferToThreadPool(self._from_threads, pool, reader.close)
+
+            def stop_pool(result: object) -> object:
+                pool.stop()
+                return result
+
+            return closed.addBoth(stop_pool)
+
+        return stopped.addCallback(close_reader)
+
+    def _open_writer(self) -> JournalWriter:
+        writer = self._writer
+        if writer is None:
+            raise JournalError(f"journal {self._path} is not open")
+        return writer
+
+    # Streams.
+
+    def append_stream(
+        self, stream: str, sender: str, subject: str, content: Sequence[bytes], timestamp: float
+    ) -> int:
+        """Journal a stream message; return its sequence number (assigned now)."""
+        writer = self._open_writer()
+        self._pending += 1
+        seq = self._next_seq.get(stream, 1)
+        self._next_seq[stream] = seq + 1
+        if stream not in self._first_seq:
+            self._first_seq[stream] = seq
+        record = StreamRecord(stream, seq, timestamp, sender, subject, tuple(content))
+        tail = self._tails.get(stream)
+        if tail is None:
+            tail = self._tails[stream] = deque()
+        tail.append(record)
+        writer.submit(record)
+        return seq
+
+    def first_seq(self, stream: str) -> int:
+        """The first sequence number ``stream`` still retains (last_seq + 1 if none)."""
+        return self._first_seq.get(stream, 1)
+
+    def last_seq(self, stream: str) -> int:
+        """The last sequence number assigned in ``stream`` (0 for an unknown stream)."""
+        return self._next_seq.get(stream, 1) - 1
+
+    def read_stream(self, stream: str, from_seq: int, limit: int) -> Deferred[list[StreamRecord]]:
+        """
+        Up to ``limit`` records of ``stream`` with seq >= ``from_seq``, in
+        order, committed or not. Below ``first_seq`` the answer starts at
+        ``first_seq``: the caller sees the gap by comparing.
+        """
+        if limit <= 0:
+            return succeed([])
+        tail = self._tails.get(stream)
+        if tail and from_seq >= tail[0].seq:
+            # All of it is still in memory: no thread, no disk.
+            start = from_seq - tail[0].seq
+            return succeed(list(islice(tail, start, start + limit)))
+        # Committed records leave the tail only after their commit, so what
+        # is not in this snapshot the reader's later read transaction sees.
+        snapshot = list(islice(tail, 0, limit)) if tail else []
+        reading = self._read(self._select_stream, stream, from_seq, limit)
+        return reading.addCallback(_merge_tail, snapshot, from_seq, limit)
+
+    def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
+        """The first seq of ``stream`` with timestamp >= ``t`` (last_seq + 1 if none)."""
+        tail = self._tails.get(stream, ())
+        in_tail = next((r.seq for r in tail if r.timestamp >= t), None)
+        after_last = self.last_seq(stream) + 1
+
+        def choose(committed: int | None) -> int:
+            found = [seq for seq in (committed, in_tail) if seq is not None]
+            return min(found) if found else after_last
+
+        return self._read(self._select_seq_at_time, stream, t).addCallback(choose)
+
+    def _read(self, f: Callable[..., Any], *args: object) -> Deferred[Any]:
+        pool = self._read_pool
+        if pool is None:
+            raise JournalError(f"journal {self._path} is not open")
+        return deferToThreadPool(self._from_threads, pool, f, *args).addErrback(
+            self._wrap_read_failure
+        )
+
+    def _wrap_read_failure(self, failure: Failure) -> Failure:
+        if isinstance(failure.value, sqlite3.Error | ValueError):
+            raise JournalError.wrap(failure.value, self._path, "reading") from failure.value
+        return failure
+
+    # Runs on the reader thread.
+    def _select_stream(self, stream: str, from_seq: int, limit: int) -> list[StreamRecord]:
+        assert self._reader is not None
+        return [
+            StreamRecord(stream, seq, ts, sender, subject, decode_frames(content))
+            for seq, ts, sender, subject, content in self._reader.execute(
+                "SELECT seq, ts, sender, subject, content FROM stream_messages "
+                "WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                (stream, from_seq, limit),
+            )
+        ]
+
+    # Runs on the reader thread.
+    def _select_seq_at_time(self, stream: str, t: float) -> int | None:
+        assert self._reader is not None
+        (seq,) = self._reader.execute(
+            "SELECT min(seq) FROM stream_messages WHERE stream = ? AND ts >= ?", (stream, t)
+        ).fetchone()
+        return cast(int | None, seq)
+
+    # Mailboxes and service queues.
+
+    def store_queued(
+        self,
+        kind: str,
+        address: str,
+        sender: str,
+        subject: str,
+        tracker: str,
+        deadline: float | None,
+        content: Sequence[bytes],
+        on_durable: DurableCallback,
+    ) -> QueuedRecord:
+        """
+        Journal a mailbox or service-queue message; its id is assigned now.
+        ``on_durable`` is called in the reactor thread with ``None`` once it
+        has committed, or with the JournalError if its batch failed.
+        """
+        if kind not in QUEUED_KINDS:
+            raise ValueError(f"kind must be 'mailbox' or 'service': {kind!r}")
+        writer = self._open_writer()
+        self._pending += 1
+        record = QueuedRecord(
+            self._next_id,
+            kind,
+            address,
+            sender,
+            subject,
+            tracker,
+            deadline,
+            self._clock.seconds(),
+            tuple(content),
+        )
+        self._next_id += 1
+        writer.submit(QueuedStore(record, on_durable))
+        return record
+
+    def remove_queued(self, record_id: int) -> None:
+        """Delete a queued record (its recipient confirmed it), in the next batch."""
+        writer = self._open_writer()
+        self._pending += 1
+        writer.submit(QueuedRemove(record_id))
+
+    # Flushing and retention.
+
+    def flush(self) -> Deferred[None]:
+        """Fires once everything queued so far has been written (or has failed)."""
+        flushed: Deferred[None] = Deferred()
+        self._open_writer().submit(Barrier(lambda: flushed.callback(None)))
+        return flushed
+
+    def prune(self, now: float | None = None) -> Deferred[int]:
+        """
+        Apply retention as of ``now`` (the reactor's time by default); fires
+        with the number of stream records deleted, or fails with JournalError.
+        Prunes asked for while one is under way run after it, in turn; the
+        timer asks for one every ``prune_interval_s`` unless one is running.
+        """
+        pruned: Deferred[int] = Deferred()
+
+        def done(outcome: PruneOutcome) -> None:
+            if outcome.error is not None:
+                pruned.errback(outcome.error)
+            else:
+                pruned.callback(outcome.deleted)
+
+        at = self._clock.seconds() if now is None else now
+        self._open_writer().submit(Prune(at, done))
+        return pruned
+
+    def _prune_tick(self) -> None:
+        if self._pruning or self._writer is None:
+            return
+        self._pruning = True
+
+        def finished(result: object) -> object:
+            self._pruning = False
+            if isinstance(result, Failure) and isinstance(result.value, JournalError):
+                return None  # already reported through on_error by _prune_done
+            return result
+
+        self.prune().addBoth(finished)
+
+    # Reports from the writer thread, run in the reactor thread.
+
+    def _batch_done(self, outcome: BatchOutcome) -> None:
+        self._pending -= outcome.operations
+        for stream, last in outcome.stream_last.items():
+            tail = self._tails.get(stream)
+            while tail and tail[0].seq <= last:
+                tail.popleft()
+            if not tail:
+                self._tails.pop(stream, None)
+        counters = self.counters
+        error = outcome.error
+        if error is None:
+            counters.batches += 1
+            counters.records_written += outcome.records
+            counters.bytes_written += outcome.bytes
+        for on_durable in outcome.callbacks:
+            try:
+                on_durable(error)
+            except Exception:
+                _log.failure("on_durable callback failed")
+        if error is not None:
+            self._report(error)
+
+    def _prune_done(self, outcome: PruneOutcome) -> None:
+        self.counters.pruned += outcome.deleted
+        for stream, first in outcome.first_seq.items():
+            if first > self._first_seq.get(stream, 1):
+                self._first_seq[stream] = first
+        if outcome.error is not None:
+            self._report(outcome.error)
+
+    def _report(self, error: JournalError) -> None:
+        self.counters.errors += 1
+        if self.on_error is None:
+            _log.error("{error}", error=error)
+            return
+        try:
+            self.on_error(error)
+        except Exception:
+            _log.failure("journal on_error callback failed")
+
+
+def _merge_tail(
+    committed: list[StreamRecord], snapshot: list[StreamRecord], from_seq: int, limit: int
+) -> list[StreamRecord]:
+    """``committed`` continued with the tail snapshot's later records, up to ``limit``."""
+    last = committed[-1].seq if committed else from_seq - 1
+    for record in snapshot:
+        if len(committed) >= limit:
+            break
+        if record.seq > last:
+            committed.append(record)
+    return committed

@@ -1,0 +1,83 @@
+"""
+What the journal stores: stream records, queued (mailbox and service)
+records, and the one encoding of a message's content frames as a BLOB.
+
+A BLOB is the frames one after another, each preceded by its length as a
+4-byte big-endian unsigned integer; no frames is the empty BLOB.
+
+Tests: ``tests/test_journal_records.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
+
+_LENGTH: Final = struct.Struct(">I")
+_MAX_FRAME: Final = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One stream message with its per-stream sequence number."""
+
+    stream: str
+    seq: int
+    timestamp: float
+    sender: str
+    subject: str
+    content: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRecord:
+    """
+    One message waiting in a mailbox (``kind="mailbox"``, ``address`` the
+    owner) or a service queue (``kind="service"``, ``address`` the service).
+    ``deadline`` is absolute epoch seconds, ``None`` for no timeout.
+    """
+
+    id: int
+    kind: str
+    address: str
+    sender: str
+    subject: str
+    tracker: str
+    deadline: float | None
+    created: float
+    content: tuple[bytes, ...]
+
+
+def encode_frames(frames: Sequence[bytes]) -> bytes:
+    """The BLOB for ``frames``: each frame length-prefixed, concatenated."""
+    parts: list[bytes] = []
+    pack = _LENGTH.pack
+    for frame in frames:
+        size = len(frame)
+        if size > _MAX_FRAME:
+            raise ValueError(f"frame of {size} bytes is larger than a journal frame can be")
+        parts.append(pack(size))
+        parts.append(frame)
+    return b"".join(parts)
+
+
+def decode_frames(blob: bytes) -> tuple[bytes, ...]:
+    """The frames :func:`encode_frames` made ``blob`` from; ValueError if malformed."""
+    frames: list[bytes] = []
+    offset = 0
+    end = len(blob)
+    unpack = _LENGTH.unpack_from
+    while offset < end:
+        if end - offset < 4:
+            raise ValueError(f"truncated frame length at byte {offset} of {end}")
+        (size,) = unpack(blob, offset)
+        offset += 4
+        if size > end - offset:
+            raise ValueError(f"frame of {size} bytes at byte {offset} overruns the {end}-byte blob")
+        frames.append(blob[offset : offset + size])
+        offset += size
+    return tuple(frames)

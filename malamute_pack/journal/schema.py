@@ -1,0 +1,111 @@
+"""
+The journal's SQLite schema and its migrations.
+
+``MIGRATIONS`` is an ordered list of functions; the ``schema_version``
+table holds how many of them a database has had, and :func:`migrate` applies
+the rest, each in its own transaction together with the version bump. A
+database newer than this code is refused rather than guessed at.
+
+Tables:
+
+- ``stream_messages``: every retained stream message, primary key
+  (stream, seq) so that range reads and prefix pruning walk one index;
+  ``bytes`` is the stored content size that retention counts. Index
+  (stream, ts, seq) answers "first seq at or after a time".
+- ``streams``: per stream, the highest sequence number ever assigned
+  (survives pruning everything, so numbers are never reused) and the count
+  and bytes retained, kept in step by the writer in the same transactions.
+- ``queued_messages``: mailbox and service-queue messages until confirmed.
+- ``journal_counters``: named high-water marks (``queued_last_id``).
+
+Tests: ``tests/test_journal_schema.py``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from sqlite_utils import Database
+
+QUEUED_LAST_ID: Final = "queued_last_id"
+
+Migration = Callable[[Database], None]
+
+
+def _create_initial_schema(db: Database) -> None:
+    db.table("stream_messages").create(
+        {
+            "stream": str,
+            "seq": int,
+            "ts": float,
+            "sender": str,
+            "subject": str,
+            "content": bytes,
+            "bytes": int,
+        },
+        pk=("stream", "seq"),
+        not_null={"stream", "seq", "ts", "sender", "subject", "content", "bytes"},
+        strict=True,
+    )
+    db.table("stream_messages").create_index(["stream", "ts", "seq"])
+    db.table("streams").create(
+        {"stream": str, "last_seq": int, "message_count": int, "total_bytes": int},
+        pk="stream",
+        not_null={"last_seq", "message_count", "total_bytes"},
+        strict=True,
+    )
+    db.table("queued_messages").create(
+        {
+            "id": int,
+            "kind": str,
+            "address": str,
+            "sender": str,
+            "subject": str,
+            "tracker": str,
+            "deadline": float,
+            "created": float,
+            "content": bytes,
+        },
+        pk="id",
+        not_null={"kind", "address", "sender", "subject", "tracker", "created", "content"},
+        strict=True,
+    )
+    db.table("journal_counters").create(
+        {"name": str, "value": int}, pk="name", not_null={"value"}, strict=True
+    )
+
+
+MIGRATIONS: Final[Sequence[Migration]] = (_create_initial_schema,)
+
+
+def schema_version(db: Database) -> int:
+    """How many migrations ``db`` has had (0 for a new database)."""
+    if not db.table("schema_version").exists():
+        return 0
+    row = db.execute("SELECT version FROM schema_version WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """
+    Put ``conn``'s database in WAL mode and apply the migrations it has not
+    had yet; return the resulting version. Raises ValueError for a database
+    whose version is newer than ``migrations`` knows.
+    """
+    db = Database(conn, execute_plugins=False, recursive_triggers=False)
+    db.enable_wal()
+    db.table("schema_version").create(
+        {"id": int, "version": int}, pk="id", not_null={"version"}, if_not_exists=True
+    )
+    current = schema_version(db)
+    if current > len(migrations):
+        raise ValueError(
+            f"journal schema version {current} is newer than this code knows ({len(migrations)})"
+        )
+    for version in range(current, len(migrations)):
+        with db.atomic():
+            migrations[version](db)
+            db.table("schema_version").upsert({"id": 1, "version": version + 1}, pk="id")
+    return len(migrations)

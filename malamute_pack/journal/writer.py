@@ -1,0 +1,375 @@
+"""
+The journal's writer thread: the only code that writes to the database.
+
+The reactor thread hands it operations through a queue and never waits.
+Group commit: the thread blocks for a first operation, gathers more until
+``commit_max_batch`` records are in hand or ``commit_interval_s`` has
+passed since the first, and writes them in one transaction, setting
+``PRAGMA synchronous`` first to the strongest level any of them needs.
+Each batch's outcome (what committed, every ``on_durable`` callback, or the
+error) goes back to the reactor in one ``callFromThread``. A failed batch is
+rolled back and reported; the thread keeps going with the next one.
+
+It also keeps the ``streams`` and ``journal_counters`` high-water marks in
+step (a failed batch's sequence numbers are saved with the next batch that
+commits, so they are not handed out again after a restart) and runs
+retention pruning in bounded steps, one step between write batches.
+
+Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
+``tests/test_journal_disk_full.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeAlias
+
+from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
+from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.records import QueuedRecord, StreamRecord, encode_frames
+from malamute_pack.journal.retention import PruneStep, prune_step
+from malamute_pack.journal.schema import QUEUED_LAST_ID
+
+DurableCallback: TypeAlias = Callable[[JournalError | None], None]
+
+_INSERT_STREAM: Final = (
+    "INSERT INTO stream_messages (stream, seq, ts, sender, subject, content, bytes) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_STREAM_STATS: Final = (
+    "INSERT INTO streams (stream, last_seq, message_count, total_bytes) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (stream) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq), "
+    "message_count = message_count + excluded.message_count, "
+    "total_bytes = total_bytes + excluded.total_bytes"
+)
+_INSERT_QUEUED: Final = (
+    "INSERT INTO queued_messages "
+    "(id, kind, address, sender, subject, tracker, deadline, created, content) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
+_UPSERT_COUNTER: Final = (
+    "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
+)
+
+
+@dataclass(slots=True)
+class QueuedStore:
+    """Write ``record``; tell ``on_durable`` once its batch commits or fails."""
+
+    record: QueuedRecord
+    on_durable: DurableCallback
+
+
+@dataclass(slots=True)
+class QueuedRemove:
+    """Delete the queued record ``record_id``."""
+
+    record_id: int
+
+
+@dataclass(slots=True)
+class Prune:
+    """Apply retention as of ``now``; ``done`` gets the total once every step ran."""
+
+    now: float
+    done: Callable[[PruneOutcome], None]
+
+
+@dataclass(slots=True)
+class Barrier:
+    """Call ``done`` once every operation queued before this one has been written."""
+
+    done: Callable[[], None]
+
+
+@dataclass(slots=True)
+class Stop:
+    """Write everything queued before this, close the connection, call ``done``."""
+
+    done: Callable[[], None]
+
+
+# A StreamRecord is queued as itself: the hot path allocates nothing more.
+WriteOp: TypeAlias = StreamRecord | QueuedStore | QueuedRemove
+Operation: TypeAlias = WriteOp | Prune | Barrier | Stop
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """One batch as the reactor needs to hear of it."""
+
+    operations: int
+    records: int
+    bytes: int
+    stream_last: dict[str, int]
+    callbacks: list[DurableCallback]
+    error: JournalError | None
+
+
+@dataclass(slots=True)
+class PruneOutcome:
+    """One pruning step; ``finished`` on the last step of a prune."""
+
+    deleted: int
+    first_seq: dict[str, int]
+    finished: bool
+    error: JournalError | None = None
+
+
+@dataclass(slots=True)
+class _PruneJob:
+    request: Prune
+    resume_from: str = ""
+    deleted: int = 0
+    first_seq: dict[str, int] = field(default_factory=dict)
+
+
+class JournalWriter:
+    """
+    The writer thread over ``conn`` (opened with ``isolation_level=None``
+    and ``check_same_thread=False``; this thread is its only user once
+    started). ``call_from_thread`` is the reactor's; ``on_batch`` and
+    ``on_prune`` are called through it, in the reactor thread.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: Path,
+        config: JournalConfig,
+        call_from_thread: Callable[..., Any],
+        on_batch: Callable[[BatchOutcome], None],
+        on_prune: Callable[[PruneOutcome], None],
+    ) -> None:
+        self._conn = conn
+        self._path = path
+        self._config = config
+        self._call_from_thread = call_from_thread
+        self._on_batch = on_batch
+        self._on_prune = on_prune
+        self._queue: queue.SimpleQueue[Operation] = queue.SimpleQueue()
+        self.submit: Callable[[Operation], None] = self._queue.put
+        self._stream_level = SYNCHRONOUS_LEVELS.index(config.stream_synchronous)
+        self._queue_level = SYNCHRONOUS_LEVELS.index(config.queue_synchronous)
+        self._synchronous: int | None = None
+        # High-water marks assigned but not yet saved (their batch failed).
+        self._unsaved_stream_last: dict[str, int] = {}
+        self._unsaved_queued_last = 0
+        # Prunes in arrival order; the first is under way.
+        self._prune_jobs: deque[_PruneJob] = deque()
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        get = self._queue.get
+        interval = self._config.commit_interval_s
+        max_batch = self._config.commit_max_batch
+        while True:
+            if self._prune_jobs:
+                # One pruning step between write batches: neither starves the other.
+                self._prune_step(self._prune_jobs[0])
+                try:
+                    op = get(block=False)
+                except queue.Empty:
+                    continue
+            else:
+                op = get()
+            control: Prune | Barrier | Stop | None = None
+            if isinstance(op, Prune | Barrier | Stop):
+                control = op
+            else:
+                batch: list[WriteOp] = [op]
+                deadline = time.monotonic() + interval
+                while len(batch) < max_batch:
+                    remaining = deadline - time.monotonic()
+                    try:
+                        op = get(timeout=remaining) if remaining > 0 else get(block=False)
+                    except queue.Empty:
+                        break
+                    if isinstance(op, Prune | Barrier | Stop):
+                        control = op
+                        break
+                    batch.append(op)
+                self._call_from_thread(self._on_batch, self._write(batch))
+            if control is not None and self._control(control):
+                return
+
+    def _control(self, op: Prune | Barrier | Stop) -> bool:
+        """Act on a control operation; True when the thread must end."""
+        if isinstance(op, Prune):
+            self._prune_jobs.append(_PruneJob(op))
+            return False
+        if isinstance(op, Barrier):
+            self._call_from_thread(op.done)
+            return False
+        # Prunes still under way stop where they are: retention is not durability.
+        while self._prune_jobs:
+            job = self._prune_jobs.popleft()
+            outcome = PruneOutcome(job.deleted, job.first_seq, finished=True)
+            self._call_from_thread(job.request.done, outcome)
+        self._conn.close()
+        self._call_from_thread(op.done)
+        return True
+
+    def _set_synchronous(self, level: int) -> None:
+        # Outside any transaction: SQLite ignores the pragma inside one.
+        if level != self._synchronous:
+            self._conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS_LEVELS[level]}")
+            self._synchronous = level
+
+    def _write(self, batch: list[WriteOp]) -> BatchOutcome:
+        try:
+            return self._commit(batch)
+        except Exception as exc:  # a bug as much as a full disk must not end the thread
+            self._rollback()
+            return self._failed(batch, exc)
+
+    def _commit(self, batch: list[WriteOp]) -> BatchOutcome:
+        """Write ``batch`` in one transaction; raises if anything fails."""
+        stream_rows: list[tuple[str, int, float, str, str, bytes, int]] = []
+        stream_stats: dict[str, list[int]] = {}  # stream -> [last seq, count, bytes]
+        queued_rows: list[tuple[Any, ...]] = []
+        removed: list[tuple[int]] = []
+        callbacks: list[DurableCallback] = []
+        level = -1
+        written_bytes = 0
+        for op in batch:
+            if type(op) is StreamRecord:
+                blob = encode_frames(op.content)
+                size = len(blob)
+                stream_rows.append(
+                    (op.stream, op.seq, op.timestamp, op.sender, op.subject, blob, size)
+                )
+                stats = stream_stats.get(op.stream)
+                if stats is None:
+                    stream_stats[op.stream] = [op.seq, 1, size]
+                else:
+                    stats[0] = op.seq
+                    stats[1] += 1
+                    stats[2] += size
+                written_bytes += size
+                level = max(level, self._stream_level)
+            elif type(op) is QueuedStore:
+                r = op.record
+                blob = encode_frames(r.content)
+                queued_rows.append(
+                    (r.id, r.kind, r.address, r.sender, r.subject, r.tracker, r.deadline,
+                     r.created, blob)
+                )  # fmt: skip
+                callbacks.append(op.on_durable)
+                written_bytes += len(blob)
+                self._unsaved_queued_last = max(self._unsaved_queued_last, r.id)
+                level = max(level, self._queue_level)
+            else:
+                assert isinstance(op, QueuedRemove)
+                removed.append((op.record_id,))
+                level = max(level, self._queue_level)
+        for stream, (last, _, _) in stream_stats.items():
+            self._unsaved_stream_last[stream] = last
+        # Streams whose last records failed earlier get their high-water mark saved now.
+        stats_rows = [
+            (stream, last, *stream_stats.get(stream, (0, 0, 0))[1:])
+            for stream, last in self._unsaved_stream_last.items()
+        ]
+        conn = self._conn
+        self._set_synchronous(level)
+        conn.execute("BEGIN")
+        if stream_rows:
+            conn.executemany(_INSERT_STREAM, stream_rows)
+        if stats_rows:
+            conn.executemany(_UPSERT_STREAM_STATS, stats_rows)
+        if queued_rows:
+            conn.executemany(_INSERT_QUEUED, queued_rows)
+        if self._unsaved_queued_last:
+            conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
+        if removed:
+            conn.executemany(_DELETE_QUEUED, removed)
+        conn.execute("COMMIT")
+        self._unsaved_stream_last.clear()
+        self._unsaved_queued_last = 0
+        return BatchOutcome(
+            operations=len(batch),
+            records=len(stream_rows) + len(queued_rows),
+            bytes=written_bytes,
+            stream_last={stream: stats[0] for stream, stats in stream_stats.items()},
+            callbacks=callbacks,
+            error=None,
+        )
+
+    def _failed(self, batch: list[WriteOp], exc: Exception) -> BatchOutcome:
+        """The outcome of a batch that ``exc`` stopped: every record in it failed."""
+        stream_last: dict[str, int] = {}
+        callbacks: list[DurableCallback] = []
+        for op in batch:
+            if type(op) is StreamRecord:
+                stream_last[op.stream] = op.seq
+            elif type(op) is QueuedStore:
+                callbacks.append(op.on_durable)
+                self._unsaved_queued_last = max(self._unsaved_queued_last, op.record.id)
+        for stream, last in stream_last.items():
+            self._unsaved_stream_last[stream] = max(last, self._unsaved_stream_last.get(stream, 0))
+        records = sum(1 for op in batch if not isinstance(op, QueuedRemove))
+        error = JournalError.wrap(exc, self._path, f"writing a batch of {records} records")
+        return BatchOutcome(len(batch), 0, 0, stream_last, callbacks, error)
+
+    def _rollback(self) -> None:
+        # SQLite rolls some errors (SQLITE_FULL among them) back on its own.
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+
+    def _prune_step(self, job: _PruneJob) -> None:
+        try:
+            self._set_synchronous(self._stream_level)
+            self._conn.execute("BEGIN")
+            step = prune_step(
+                self._conn,
+                self._config.retention_for,
+                job.request.now,
+                self._config.prune_chunk_rows,
+                job.resume_from,
+            )
+            self._conn.execute("COMMIT")
+        except Exception as exc:
+            self._rollback()
+            self._prune_jobs.popleft()
+            error = JournalError.wrap(exc, self._path, "pruning streams")
+            self._call_from_thread(self._on_prune, PruneOutcome(0, {}, True, error))
+            outcome = PruneOutcome(job.deleted, job.first_seq, finished=True, error=error)
+            self._call_from_thread(job.request.done, outcome)
+            return
+        self._report_step(job, step)
+
+    def _report_step(self, job: _PruneJob, step: PruneStep) -> None:
+        job.deleted += step.deleted
+        job.first_seq.update(step.first_seq)
+        finished = step.resume_from is None
+        if finished:
+            self._prune_jobs.popleft()
+        else:
+            assert step.resume_from is not None
+            job.resume_from = step.resume_from
+        if step.deleted or finished:
+            # first_seq advances (and readers see it) step by step.
+            self._call_from_thread(
+                self._on_prune, PruneOutcome(step.deleted, step.first_seq, finished)
+            )
+        if finished:
+            self._call_from_thread(
+                job.request.done, PruneOutcome(job.deleted, job.first_seq, finished=True)
+            )

@@ -1,0 +1,163 @@
+"""
+Property tests of L{malamute_pack.matching.SubscriptionIndex} against a naive
+oracle: a plain model of who subscribed with what, where a subject's owners
+are found by asking every pattern directly (``parse_pattern(p).matches``).
+
+Hypothesis interleaves subscribe, unsubscribe, unsubscribe_owner and match
+over every pattern kind, with caches from off to tiny (evicting all the time)
+to roomy, so cached results must stay true through every change.
+"""
+
+# twisted.trial's assertion methods carry no annotations.
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from pyroaring import BitMap
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.matching import SubscriptionIndex, parse_pattern
+
+OWNERS = ("ann", "bob", "cat", "dan")
+
+
+def _joined(separator: str, pieces: list[str], size: int) -> st.SearchStrategy[str]:
+    return st.lists(st.sampled_from(pieces), min_size=1, max_size=size).map(separator.join)
+
+
+_MQTT_BODY = st.one_of(
+    st.tuples(_joined("/", ["a", "b", "", "+"], 3), st.sampled_from(["", "/#"])).map("".join),
+    st.just("#"),
+)
+
+PATTERNS = st.one_of(
+    st.sampled_from(["", "a", "^a", "b$", r"a\.b", "[ab]/", "a|c", "^$", "=1", "regex:topic:a"]),
+    st.text(alphabet="ab./", max_size=3).map("prefix:".__add__),
+    _joined(".", ["a", "b", "*", "#"], 4).map("topic:".__add__),
+    _MQTT_BODY.filter(bool).map("mqtt:".__add__),
+    st.tuples(_joined(".", ["a", "b", "*"], 3), st.sampled_from(["", ".>"]))
+    .map("".join)
+    .map("nats:".__add__),
+    st.tuples(
+        st.lists(st.sampled_from(["a=1", "a", "b=1", "b", "c=", "a=2"]), min_size=1, max_size=3),
+        st.sampled_from([";", "|"]),
+    ).map(lambda parts: "fields:" + parts[1].join(parts[0])),
+)
+
+_WORDS = ["a", "b", "c", ""]
+# A small pool of subjects recurs, so results are cached and then must follow
+# subscription changes; fresh ones keep compiling and evicting.
+_POOL = ["", "a", "a.b", "a/b", "b.a.b", "a/", "c", "a=1;b", "b=1|a", "topic:a", "prefix"]
+SUBJECTS = st.one_of(
+    st.sampled_from(_POOL),
+    st.lists(st.sampled_from(_WORDS), max_size=4).map(".".join),
+    st.lists(st.sampled_from(_WORDS), max_size=4).map("/".join),
+    st.lists(st.sampled_from(["a=1", "a=2", "b", "b=1", "c=", " a = 1 ", "=1"]), max_size=4).map(
+        ";".join
+    ),
+    st.text(alphabet="ab./=;", max_size=6),
+)
+
+
+class IndexAgainstOracle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[str, set[str]] = {}
+        self.index: SubscriptionIndex[str] = SubscriptionIndex()
+        self.lookups = 0
+
+    @initialize(cache_size=st.sampled_from([0, 1, 3, 10_000]))
+    def make_index(self, cache_size: int) -> None:
+        self.index = SubscriptionIndex(cache_size)
+
+    @rule(owner=st.sampled_from(OWNERS), pattern=PATTERNS)
+    def subscribe(self, owner: str, pattern: str) -> None:
+        fresh = pattern not in self.model.get(owner, set())
+        used = {self.index.pattern_bit(p) for p in self._distinct()}
+        assert self.index.subscribe(owner, pattern) == fresh
+        if self.index.pattern_bit(pattern) not in used:
+            lowest_free = min(set(range(len(used) + 1)) - used)
+            assert self.index.pattern_bit(pattern) == lowest_free
+        self.model.setdefault(owner, set()).add(pattern)
+
+    def _distinct(self) -> set[str]:
+        return set().union(*self.model.values())
+
+    @precondition(lambda self: any(self.model.values()))
+    @rule(data=st.data())
+    def unsubscribe_held(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(sorted(o for o, ps in self.model.items() if ps)))
+        pattern = data.draw(st.sampled_from(sorted(self.model[owner])))
+        assert self.index.unsubscribe(owner, pattern)
+        self.model[owner].discard(pattern)
+
+    @rule(owner=st.sampled_from(OWNERS), pattern=PATTERNS)
+    def unsubscribe_any(self, owner: str, pattern: str) -> None:
+        held = pattern in self.model.get(owner, set())
+        assert self.index.unsubscribe(owner, pattern) == held
+        self.model.get(owner, set()).discard(pattern)
+
+    @rule(owner=st.sampled_from(OWNERS))
+    def unsubscribe_owner(self, owner: str) -> None:
+        assert self.index.unsubscribe_owner(owner) == len(self.model.pop(owner, set()))
+
+    @rule(subject=SUBJECTS)
+    def match(self, subject: str) -> None:
+        wanted = {
+            pattern
+            for patterns in self.model.values()
+            for pattern in patterns
+            if parse_pattern(pattern).matches(subject)
+        }
+        expected = {o for o, patterns in self.model.items() if patterns & wanted}
+        got = self.index.match(subject)
+        assert len(got) == len(set(got)), got
+        assert set(got) == expected, (subject, got, expected)
+        bits = BitMap(self.index.pattern_bit(p) or 0 for p in wanted)
+        assert self.index.match_bits(subject) == bits
+        self.lookups += 2
+        for owner in OWNERS:
+            assert self.index.owner_matches(owner, subject) == (owner in expected)
+
+    @invariant()
+    def counts(self) -> None:
+        distinct = self._distinct()
+        assert len(self.index) == len(distinct)
+        assert self.index.owner_count() == sum(1 for ps in self.model.values() if ps)
+        assert None not in {self.index.pattern_bit(p) for p in distinct}
+
+    @invariant()
+    def cache_bookkeeping(self) -> None:
+        stats, cached = self.index.stats, self.index.cached_subjects()
+        assert cached <= self.index.cache_size
+        if self.index.cache_size:
+            assert stats.hits + stats.misses == self.lookups
+            assert stats.compiles == stats.misses
+            assert stats.evictions == stats.misses - cached
+        else:
+            assert (stats.hits, stats.misses, stats.evictions) == (0, 0, 0)
+            assert stats.compiles == self.lookups
+
+
+class IndexPropertyTests(SynchronousTestCase):
+    def test_agreesWithOracle(self) -> None:
+        """
+        Over random interleavings of subscribe, unsubscribe, unsubscribe_owner
+        and match, for every pattern kind and cache size, the index returns
+        exactly the owners (each once) and bits the oracle finds, owner_matches
+        agrees, a new pattern takes the lowest free bit, and the cache counters
+        add up.
+        """
+        run_state_machine_as_test(
+            IndexAgainstOracle,
+            settings=settings(max_examples=300, stateful_step_count=50, deadline=None),
+        )
