@@ -1,0 +1,250 @@
+"""
+The Malamute client for scripts: plain pyzmq and C{zmq.Poller}, no reactor
+and no threads. Every call blocks until it is done, and heartbeats are
+handled while a call blocks (in C{recv} or waiting for OK), by the same
+L{ClientCore} the Twisted client uses.
+
+    with BlockingClient("ipc://@/malamute", "me") as client:
+        client.set_consumer("weather", r"^temp\\.")
+        delivery = client.recv(timeout=1.0)
+
+A script that does not call the client for longer than the broker's
+timeout is expired by the broker; its next call meets ERROR 500, and the
+client opens again and replays its settings.
+
+Tests: ``tests/test_client_blocking.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import TypeVar
+
+import zmq
+from twisted.logger import Logger
+
+from malamute_pack.client.core import ClientCore, ClientState, Done
+from malamute_pack.client.errors import ClientClosedError, ClientError
+from malamute_pack.client.events import Confirmation, Delivery
+from malamute_pack.client.reactor_client import make_dealer
+from malamute_pack.protocol import mlm
+
+_log = Logger()
+
+_T = TypeVar("_T")
+
+# Messages read from the socket in one go before timers get a look in.
+_DRAIN = 1000
+
+
+class _MonotonicClock:
+    def seconds(self) -> float:
+        return time.monotonic()
+
+
+class BlockingClient:
+    """
+    A connection to a Malamute broker for code without a reactor.
+
+    The constructor connects and blocks until OK (raising L{MalamuteError}
+    on ERROR, L{BrokerUnreachableError} after C{timeout} seconds).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        address: str = "",
+        timeout: float = 5.0,
+        heartbeat: float = 1.0,
+        plain: tuple[str, str] | None = None,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+    ) -> None:
+        self._clock = _MonotonicClock()
+        self._core = ClientCore(self._clock, self, address, timeout, heartbeat)
+        self._socket = make_dealer(context or zmq.Context.instance(), endpoint, plain)
+        # A full send queue blocks a script for at most the timeout, then drops.
+        self._socket.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._deliveries: deque[Delivery] = deque()
+        self._confirmations: deque[Confirmation] = deque()
+        self.dropped_sends = 0
+        self._due = 0.0  # when the core next wants its timers run
+        try:
+            self._wait(self._core.connect)
+        except BaseException:
+            self._socket.close(linger=0)
+            raise
+
+    # State
+
+    @property
+    def state(self) -> ClientState:
+        return self._core.state
+
+    @property
+    def address(self) -> str:
+        return self._core.address
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the broker forgot us and we opened again and replayed."""
+        return self._core.reconnects
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped: the socket stayed full, or too many were held."""
+        return self.dropped_sends + self._core.held_dropped
+
+    # Commands
+
+    def set_producer(self, stream: str) -> None:
+        """Publish to C{stream} from now on."""
+        self._wait(lambda done: self._core.set_producer(stream, done))
+
+    def set_consumer(self, stream: str, pattern: str) -> None:
+        """Read C{stream} for the subjects C{pattern} (a regular expression) finds."""
+        self._wait(lambda done: self._core.set_consumer(stream, pattern, done))
+
+    def remove_consumer(self, stream: str) -> None:
+        """Stop reading C{stream}."""
+        self._wait(lambda done: self._core.remove_consumer(stream, done))
+
+    def set_worker(self, service: str, pattern: str) -> None:
+        """Serve requests to C{service} whose subjects C{pattern} finds."""
+        self._wait(lambda done: self._core.set_worker(service, pattern, done))
+
+    def close(self) -> None:
+        """Say CONNECTION_CLOSE, wait briefly for OK, close the socket."""
+        if self._socket.closed:
+            return
+        try:
+            self._wait(self._core.close)
+        finally:
+            self._socket.close(linger=0)
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Messages without a reply
+
+    def send(self, subject: str, content: Sequence[bytes]) -> None:
+        """Publish a message to the producer stream."""
+        self._core.send(subject, content)
+        self._tick()
+
+    def sendto(
+        self, address: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        timeout_ms: int = 0,
+    ) -> None:
+        """Send a letter to the mailbox C{address}."""
+        self._core.sendto(address, subject, content, tracker, timeout_ms)
+        self._tick()
+
+    def sendfor(
+        self, service: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        timeout_ms: int = 0,
+    ) -> None:
+        """Send a request to C{service}; the reply comes to our mailbox."""
+        self._core.sendfor(service, subject, content, tracker, timeout_ms)
+        self._tick()
+
+    def credit(self, amount: int) -> None:
+        """Let the broker deliver at most C{amount} more messages (opt-in flow control)."""
+        self._core.credit(amount)
+
+    def confirm(self, tracker: str, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
+        """Confirm a tracked letter; its sender hears through L{recv_confirm}."""
+        self._core.confirm(tracker, status_code, reason)
+
+    # Receiving
+
+    def recv(self, timeout: float | None = None) -> Delivery | None:
+        """The next delivery, or None if none came within C{timeout} seconds."""
+        return self._next(self._deliveries, timeout)
+
+    def recv_confirm(self, timeout: float | None = None) -> Confirmation | None:
+        """The next forwarded CONFIRM, or None if none came within C{timeout} seconds."""
+        return self._next(self._confirmations, timeout)
+
+    def pause(self, seconds: float) -> None:
+        """
+        Wait C{seconds} while keeping the connection alive (a C{time.sleep}
+        that answers heartbeats); deliveries that arrive wait for L{recv}.
+        """
+        until = self._clock.seconds() + seconds
+        while self._clock.seconds() < until and self._core.state is not ClientState.CLOSED:
+            self._turn(until)
+
+    def _next(self, queue: deque[_T], timeout: float | None) -> _T | None:
+        until = None if timeout is None else self._clock.seconds() + timeout
+        while not queue:
+            if self._core.state is ClientState.CLOSED:
+                raise ClientClosedError("the client is closed")
+            if until is not None and self._clock.seconds() >= until:
+                return None
+            self._turn(until)
+        return queue.popleft()
+
+    # CoreOwner
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        try:
+            self._socket.send_multipart(frames)
+        except zmq.Again:
+            self.dropped_sends += 1
+            _log.warn("message dropped: the send queue stayed full ({n} so far)",
+                      n=self.dropped_sends)
+
+    def delivered(self, delivery: Delivery) -> None:
+        self._deliveries.append(delivery)
+
+    def confirmed(self, confirmation: Confirmation) -> None:
+        self._confirmations.append(confirmation)
+
+    # Driving the core
+
+    def _wait(self, start: Callable[[Done], None]) -> None:
+        """Start a command and turn the loop until it is done; raise its error."""
+        result: list[ClientError | None] = []
+        start(result.append)
+        while not result:
+            self._turn(None)
+        if result[0] is not None:
+            raise result[0]
+
+    def _turn(self, until: float | None) -> None:
+        """Wait for input until C{until} or the core's next timer; handle both."""
+        now = self._clock.seconds()
+        wakeup = self._core.wakeup_at()
+        ends = [t for t in (until, wakeup) if t is not None]
+        wait_ms = None if not ends else max(0, math.ceil((min(ends) - now) * 1000))
+        if self._poller.poll(wait_ms):
+            receive = self._core.receive
+            recv = self._socket.recv_multipart
+            try:
+                for _ in range(_DRAIN):
+                    receive(recv(zmq.NOBLOCK))
+            except zmq.Again:
+                pass
+        if wakeup is not None and self._clock.seconds() >= wakeup:
+            self._core.on_time()
+        wakeup = self._core.wakeup_at()
+        self._due = math.inf if wakeup is None else wakeup
+
+    def _tick(self) -> None:
+        """Between sends: run the heartbeat when it is due, without waiting."""
+        if self._clock.seconds() >= self._due:
+            self._turn(self._clock.seconds())

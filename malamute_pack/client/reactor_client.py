@@ -1,0 +1,330 @@
+"""
+The Malamute client for Twisted programs: a DEALER socket in the reactor
+(through L{ZmqSocket}) driving the shared L{ClientCore}, with Deferreds for
+command results and for deliveries.
+
+    client = await MalamuteClient.connect(reactor, "ipc://@/malamute", "me")
+    await client.set_consumer("weather", r"^temp\\.")
+    delivery = await client.recv()
+
+Commands (C{set_producer}, C{set_consumer}, C{remove_consumer},
+C{set_worker}) fire with None on OK and fail with L{MalamuteError} on
+ERROR. Deliveries queue until C{recv()} takes them, or go straight to an
+C{on_delivery} callback (no Deferred per message: for high rates). Names
+too long for the wire (over 255 bytes) raise ValueError at the call. When the
+broker forgets the client (it restarted, or expired it), the core opens
+again and replays the settings; C{reconnects} counts those times.
+
+Tests: ``tests/test_client_reactor.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar, cast
+
+import zmq
+from twisted.internet import defer
+from twisted.internet.defer import Deferred, DeferredQueue
+from twisted.internet.interfaces import IReactorFDSet
+from twisted.logger import Logger
+
+from malamute_pack.client.core import ClientCore, ClientState
+from malamute_pack.client.errors import BadEndpointError, ClientClosedError, ClientError
+from malamute_pack.client.events import Confirmation, Delivery
+from malamute_pack.protocol import mlm
+from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
+
+_log = Logger()
+
+_T = TypeVar("_T")
+
+# Deep queues so that a burst from the application is not dropped at once.
+SOCKET_HWM = 100_000
+
+
+class _DelayedCall(Protocol):
+    def active(self) -> bool: ...
+    def cancel(self) -> None: ...
+    def getTime(self) -> float: ...
+
+
+class _Timers(Protocol):
+    """The part of C{IReactorTime} the client uses."""
+
+    def seconds(self) -> float: ...
+    def callLater(self, delay: float, f: Callable[[], None]) -> _DelayedCall: ...
+
+
+def make_dealer(
+    context: zmq.Context[zmq.Socket[bytes]],
+    endpoint: str,
+    plain: tuple[str, str] | None = None,
+) -> zmq.Socket[bytes]:
+    """
+    A DEALER connected to C{endpoint}, with PLAIN credentials if given.
+
+    @raise BadEndpointError: if ZeroMQ refuses the endpoint.
+    """
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, SOCKET_HWM)
+    socket.setsockopt(zmq.RCVHWM, SOCKET_HWM)
+    if plain is not None:
+        socket.setsockopt_string(zmq.PLAIN_USERNAME, plain[0])
+        socket.setsockopt_string(zmq.PLAIN_PASSWORD, plain[1])
+    try:
+        socket.connect(endpoint)
+    except zmq.ZMQError as e:
+        socket.close(linger=0)
+        raise BadEndpointError(f"cannot connect to {endpoint!r}: {e}") from e
+    return socket
+
+
+class MalamuteClient:
+    """
+    A connection to a Malamute broker, in the reactor.
+
+    Make one with L{MalamuteClient.connect}.
+
+    @ivar on_delivery: if set, called with each L{Delivery} instead of
+        queueing it for L{recv}.
+    """
+
+    def __init__(
+        self,
+        reactor: IReactorFDSet,
+        socket: zmq.Socket[bytes],
+        address: str = "",
+        timeout: float = 5.0,
+        heartbeat: float = 1.0,
+        on_delivery: Callable[[Delivery], object] | None = None,
+    ) -> None:
+        self._clock = cast(_Timers, reactor)
+        self._core = ClientCore(self._clock, self, address, timeout, heartbeat)
+        self._socket = ZmqSocket(reactor, socket, self._received)
+        self._deliveries: DeferredQueue[Delivery] = DeferredQueue()
+        self._confirmations: DeferredQueue[Confirmation] = DeferredQueue()
+        self._timer: _DelayedCall | None = None
+        self.on_delivery = on_delivery
+
+    @classmethod
+    def connect(
+        cls,
+        reactor: IReactorFDSet,
+        endpoint: str,
+        address: str = "",
+        timeout: float = 5.0,
+        heartbeat: float = 1.0,
+        plain: tuple[str, str] | None = None,
+        on_delivery: Callable[[Delivery], object] | None = None,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+    ) -> Deferred[MalamuteClient]:
+        """
+        Connect to the broker at C{endpoint} as C{address} ("" = anonymous).
+
+        @param timeout: seconds to wait for OK to CONNECTION_OPEN, and of
+            silence after which the connection counts as lost.
+        @param heartbeat: seconds between CONNECTION_PINGs.
+        @param plain: (user, password) for PLAIN security.
+        @return: fires with the client once the broker said OK; fails with
+            L{MalamuteError} on ERROR, L{BrokerUnreachableError} on timeout,
+            L{BadEndpointError} if ZeroMQ refuses the endpoint.
+        """
+        try:
+            socket = make_dealer(context or zmq.Context.instance(), endpoint, plain)
+        except ClientError as e:
+            return defer.fail(e)
+        try:
+            client = cls(reactor, socket, address, timeout, heartbeat, on_delivery)
+        except ValueError as e:  # bad timings, or an address too long for the wire
+            socket.close(linger=0)
+            return defer.fail(e)
+        d: Deferred[MalamuteClient] = Deferred()
+
+        def opened(error: ClientError | None) -> None:
+            if error is None:
+                d.callback(client)
+            else:
+                client._shutdown()
+                d.errback(error)
+
+        client._socket.startReading()
+        client._core.connect(opened)
+        client._reschedule()
+        return d
+
+    # State
+
+    @property
+    def state(self) -> ClientState:
+        return self._core.state
+
+    @property
+    def address(self) -> str:
+        return self._core.address
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the broker forgot us and we opened again and replayed."""
+        return self._core.reconnects
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped: the socket's queue was full, or too many were held."""
+        return self._socket.dropped + self._core.held_dropped
+
+    # Commands
+
+    def set_producer(self, stream: str) -> Deferred[None]:
+        """Publish to C{stream} from now on."""
+        return self._command(self._core.set_producer, stream)
+
+    def set_consumer(self, stream: str, pattern: str) -> Deferred[None]:
+        """Read C{stream} for the subjects C{pattern} (a regular expression) finds."""
+        return self._command(self._core.set_consumer, stream, pattern)
+
+    def remove_consumer(self, stream: str) -> Deferred[None]:
+        """Stop reading C{stream}."""
+        return self._command(self._core.remove_consumer, stream)
+
+    def set_worker(self, service: str, pattern: str) -> Deferred[None]:
+        """Serve requests to C{service} whose subjects C{pattern} finds."""
+        return self._command(self._core.set_worker, service, pattern)
+
+    def _command(self, method: Callable[..., None], *args: str) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        method(*args, _settle(d))
+        self._reschedule()
+        return d
+
+    def close(self) -> Deferred[None]:
+        """Say CONNECTION_CLOSE, wait briefly for OK, then close the socket."""
+        d: Deferred[None] = Deferred()
+
+        def closed(error: ClientError | None) -> None:
+            self._shutdown()
+            d.callback(None)
+
+        self._core.close(closed)
+        self._reschedule()
+        return d
+
+    # Messages without a reply
+
+    def send(self, subject: str, content: Sequence[bytes]) -> None:
+        """Publish a message to the producer stream."""
+        self._core.send(subject, content)
+
+    def sendto(
+        self, address: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        timeout_ms: int = 0,
+    ) -> None:
+        """Send a letter to the mailbox C{address}."""
+        self._core.sendto(address, subject, content, tracker, timeout_ms)
+
+    def sendfor(
+        self, service: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        timeout_ms: int = 0,
+    ) -> None:
+        """Send a request to C{service}; the reply comes to our mailbox."""
+        self._core.sendfor(service, subject, content, tracker, timeout_ms)
+
+    def credit(self, amount: int) -> None:
+        """Let the broker deliver at most C{amount} more messages (opt-in flow control)."""
+        self._core.credit(amount)
+
+    def confirm(self, tracker: str, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
+        """Confirm a tracked letter; its sender hears through L{recv_confirm}."""
+        self._core.confirm(tracker, status_code, reason)
+
+    # Receiving
+
+    def recv(self) -> Deferred[Delivery]:
+        """
+        The next delivery (stream, mailbox or service message). Deliveries
+        that arrive while C{on_delivery} is set go to it instead.
+        """
+        return self._get(self._deliveries)
+
+    def recv_confirm(self) -> Deferred[Confirmation]:
+        """The next CONFIRM the broker forwarded about a letter we sent."""
+        return self._get(self._confirmations)
+
+    def pending(self) -> int:
+        """Deliveries queued for L{recv}."""
+        return len(self._deliveries.pending)
+
+    def _get(self, queue: DeferredQueue[_T]) -> Deferred[_T]:
+        if not queue.pending and self._core.state is ClientState.CLOSED:
+            return defer.fail(ClientClosedError("the client is closed"))
+        return queue.get()
+
+    # CoreOwner
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        self._socket.send(frames)
+
+    def delivered(self, delivery: Delivery) -> None:
+        callback = self.on_delivery
+        if callback is None:
+            self._deliveries.put(delivery)
+            return
+        try:
+            callback(delivery)
+        except Exception:
+            _log.failure("on_delivery raised; the delivery is lost")
+
+    def confirmed(self, confirmation: Confirmation) -> None:
+        self._confirmations.put(confirmation)
+
+    # Driving the core
+
+    def _received(self, batch: Batch) -> None:
+        receive = self._core.receive
+        for frames in batch:
+            receive(frames)
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """Have the reactor call the core when it next wants to run timers."""
+        when = self._core.wakeup_at()
+        timer = self._timer
+        if when is None:
+            if timer is not None and timer.active():
+                timer.cancel()
+            self._timer = None
+            return
+        if timer is not None and timer.active():
+            # A late wake-up would miss a timer; an early one is harmless.
+            if timer.getTime() <= when:
+                return
+            timer.cancel()
+        self._timer = self._clock.callLater(max(0.0, when - self._clock.seconds()), self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._core.on_time()
+        self._reschedule()
+
+    def _shutdown(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        self._socket.close()
+        for queue in (self._deliveries, self._confirmations):
+            waiting: list[Deferred[object]] = queue.waiting  # type: ignore[assignment]
+            while waiting:
+                waiting.pop(0).errback(ClientClosedError("the client was closed"))
+
+
+def _settle(d: Deferred[None]) -> Callable[[ClientError | None], None]:
+    """A core completion callback that fires C{d}."""
+
+    def done(error: ClientError | None) -> None:
+        if error is None:
+            d.callback(None)
+        else:
+            d.errback(error)
+
+    return done

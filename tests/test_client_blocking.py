@@ -1,0 +1,142 @@
+"""
+Tests for L{malamute_pack.client.blocking}: the blocking client against a
+broker running as a real process (``python -m twisted malamute``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.client.blocking import BlockingClient
+from malamute_pack.client.core import ClientState
+from malamute_pack.client.errors import ClientClosedError, MalamuteError
+from malamute_pack.client.events import Delivery
+from tests.e2e_support import tcp_endpoint
+from tests.support import skip_slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class BrokerProcess:
+    """A broker in a child process on a fresh tcp port; its output goes to a log file."""
+
+    def __init__(self, directory: Path, timeout_ms: int = 3000) -> None:
+        directory = directory.resolve()  # the broker runs in another directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.endpoint = tcp_endpoint()
+        self.log = directory / "broker.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "twisted", "--log-format=text", "malamute",
+                    "--endpoint", self.endpoint,
+                    "--data-dir", str(directory / "data"),
+                    "--timeout", str(timeout_ms),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class BlockingClientTests(SynchronousTestCase):
+    """The blocking client against one broker process per test."""
+
+    skip = skip_slow
+
+    def setUp(self) -> None:
+        self.broker = BrokerProcess(Path(self.mktemp()), timeout_ms=600)
+        self.addCleanup(self.broker.stop)
+
+    def client(self, address: str = "") -> BlockingClient:
+        # The first connect waits for the broker process to bind.
+        client = BlockingClient(self.broker.endpoint, address, timeout=10.0, heartbeat=0.1)
+        self.addCleanup(client.close)
+        return client
+
+    def test_requestReply(self) -> None:
+        """A service request reaches the worker and its reply reaches the requester."""
+        worker = self.client("worker")
+        requester = self.client("requester")
+        worker.set_worker("echo", "")
+        requester.sendfor("echo", "ping", [b"payload"])
+        request = worker.recv(timeout=5)
+        assert request is not None
+        self.assertEqual(
+            request, Delivery("SERVICE_DELIVER", "requester", "echo", "ping", "", (b"payload",))
+        )
+        worker.sendto(request.sender, "pong", request.content)
+        reply = requester.recv(timeout=5)
+        self.assertEqual(
+            reply, Delivery("MAILBOX_DELIVER", "worker", "requester", "pong", "", (b"payload",))
+        )
+
+    def test_stream(self) -> None:
+        """A consumer with a regex gets the matching stream messages only."""
+        consumer = self.client("consumer")
+        producer = self.client("producer")
+        consumer.set_consumer("weather", r"^temp\.")
+        producer.set_producer("weather")
+        producer.send("wind.oslo", [b"3"])
+        producer.send("temp.oslo", [b"-2"])
+        delivery = consumer.recv(timeout=5)
+        assert delivery is not None
+        self.assertEqual((delivery.subject, delivery.content), ("temp.oslo", (b"-2",)))
+        self.assertIsNone(consumer.recv(timeout=0.1))
+
+    def test_errorRaised(self) -> None:
+        """An ERROR reply raises MalamuteError; the client stays usable."""
+        client = self.client()
+        error = self.assertRaises(MalamuteError, client.set_consumer, "s", "(")
+        self.assertEqual(error.code, 300)
+        client.set_consumer("s", "fine")
+
+    def test_heartbeatsWhileBlocked(self) -> None:
+        """
+        Blocked in recv() for longer than the broker's timeout (0.6 s), the
+        client keeps answering heartbeats: the broker does not expire it.
+        """
+        client = self.client()
+        client.set_consumer("s", "")
+        self.assertIsNone(client.recv(timeout=1.5))
+        client.set_producer("t")
+        self.assertEqual(client.reconnects, 0)
+
+    def test_expiredClientReplays(self) -> None:
+        """
+        A script that leaves the client alone past the broker's timeout is
+        expired; its next command meets ERROR 500, and the client opens
+        again, replays its subscription and carries on.
+        """
+        consumer = self.client("consumer")
+        consumer.set_consumer("weather", "")
+        time.sleep(1.5)  # no heartbeats: the broker expires the consumer
+        consumer.set_producer("elsewhere")
+        self.assertEqual(consumer.reconnects, 1)
+        producer = self.client()
+        producer.set_producer("weather")
+        producer.send("after", [])
+        delivery = consumer.recv(timeout=5)
+        assert delivery is not None
+        self.assertEqual(delivery.subject, "after")
+
+    def test_contextManagerCloses(self) -> None:
+        """Leaving the with block closes the client."""
+        with BlockingClient(self.broker.endpoint, timeout=10.0) as client:
+            client.set_producer("s")
+        self.assertIs(client.state, ClientState.CLOSED)
+        self.assertRaises(ClientClosedError, client.recv, 0.1)
