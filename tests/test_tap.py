@@ -1,0 +1,174 @@
+"""
+Tests for L{malamute_pack.tap}, L{malamute_pack.settings} and the twistd
+plugin: options, the C broker's config keys, and real C{twistd malamute}
+processes (default endpoint, SIGTERM, the plugin after C{pip install .}).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import zmq
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack import settings as _settings
+from malamute_pack.protocol import mlm
+from malamute_pack.tap import Options
+from tests.e2e_support import ipc_endpoint
+from tests.support import skip_slow
+
+ROOT = Path(__file__).resolve().parents[1]
+# The twistd script of the interpreter running the tests.
+TWISTD = str(Path(sys.executable).parent / "twistd")
+
+
+def parse(*args: str) -> _settings.Settings:
+    options = Options()
+    options.parseOptions(list(args))
+    result = options["settings"]
+    assert isinstance(result, _settings.Settings)
+    return result
+
+
+class OptionsTests(SynchronousTestCase):
+    def test_defaults(self) -> None:
+        """With no options the broker binds ipc://@/malamute, 10 s timeout, NULL security."""
+        settings = parse()
+        self.assertEqual(settings.endpoints, ("ipc://@/malamute",))
+        self.assertEqual(settings.timeout_ms, 10_000)
+        self.assertEqual(settings.mechanism, "null")
+        self.assertEqual(settings.data_dir, Path("malamute-data"))
+
+    def test_options(self) -> None:
+        """--endpoint repeats; --timeout, --data-dir and --passwords are taken."""
+        settings = parse(
+            "--endpoint", "tcp://*:9999", "-e", "ipc://@/x", "--timeout", "3000",
+            "--data-dir", "/tmp/d", "--passwords", "pw.cfg",
+        )  # fmt: skip
+        self.assertEqual(settings.endpoints, ("tcp://*:9999", "ipc://@/x"))
+        self.assertEqual(settings.timeout_ms, 3000)
+        self.assertEqual(settings.data_dir, Path("/tmp/d"))
+        self.assertEqual((settings.mechanism, settings.passwords), ("plain", Path("pw.cfg")))
+
+    def test_configFile(self) -> None:
+        """
+        The C broker's malamute.cfg keys set timeout, PLAIN, endpoints and
+        queue limits; our own keys set the data directory and any limit;
+        command-line options override the file.
+        """
+        config = Path(self.mktemp())
+        config.write_text(
+            "server\n    timeout = 7000\n    auth\n        plain = pw.cfg\n"
+            "mlm_server\n    security\n        mechanism = plain\n"
+            "    bind\n        endpoint = tcp://*:9999\n        endpoint = ipc://@/y\n"
+            "    mailbox\n        size-limit = 1000\n"
+            "    service\n        queue\n            size-limit = max\n"
+            "malamute\n    data-dir = /var/lib/m\n    limits\n        max-clients = 7\n"
+        )
+        settings = parse("--config", str(config), "--timeout", "9000")
+        self.assertEqual(settings.timeout_ms, 9000)
+        self.assertEqual(settings.endpoints, ("tcp://*:9999", "ipc://@/y"))
+        self.assertEqual((settings.mechanism, settings.passwords), ("plain", Path("pw.cfg")))
+        self.assertEqual(settings.limits.mailbox_max_bytes, 1000)
+        self.assertEqual(settings.limits.service_max_bytes, _settings.Limits().service_max_bytes)
+        self.assertEqual(settings.limits.max_clients, 7)
+        self.assertEqual(settings.data_dir, Path("/var/lib/m"))
+
+    def test_badSettings(self) -> None:
+        """Inconsistent or unknown settings are usage errors that say why."""
+        config = Path(self.mktemp())
+        for text, fragment in [
+            ("mlm_server\n    security\n        mechanism = curve\n", "not supported"),
+            ("mlm_server\n    security\n        mechanism = plain\n", "password file"),
+            ("malamute\n    limits\n        max-bogus = 1\n", "unknown limit"),
+            ("server\n    timeout = soon\n", "not a whole number"),
+        ]:
+            config.write_text(text)
+            with self.assertRaises(usage.UsageError) as ctx:
+                parse("--config", str(config))
+            self.assertIn(fragment, str(ctx.exception))
+
+    def test_missingConfig(self) -> None:
+        """A config file that does not exist is a usage error."""
+        self.assertRaises(usage.UsageError, parse, "--config", "/nonexistent/malamute.cfg")
+
+
+def wait_for_open(endpoint: str, seconds: float = 15.0) -> None:
+    """Wait until a broker on C{endpoint} answers CONNECTION_OPEN."""
+    context = zmq.Context()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            sock = context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint)
+            sock.send_multipart(mlm.encode(mlm.ConnectionOpen(address="probe")))
+            if sock.poll(500):
+                assert mlm.decode(sock.recv_multipart()) == mlm.Ok()
+                sock.close()
+                return
+            sock.close()
+        raise AssertionError(f"no broker answered on {endpoint}")
+    finally:
+        context.term()
+
+
+class TwistdTests(SynchronousTestCase):
+    skip = skip_slow
+
+    def twistd(self, *args: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        return subprocess.Popen(
+            [TWISTD, "--nodaemon", "--pidfile=", "malamute", *args],
+            cwd=cwd or self.mktemp_dir(), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def mktemp_dir(self) -> Path:
+        path = Path(self.mktemp()).resolve()
+        path.mkdir(parents=True)
+        return path
+
+    def test_sigtermShutsDownCleanly(self) -> None:
+        """
+        C{twistd -n malamute} serves, and on SIGTERM logs a clean shutdown
+        and exits; its data directory was made in the working directory.
+        """
+        endpoint = ipc_endpoint()
+        cwd = self.mktemp_dir()
+        process = self.twistd("--endpoint", endpoint, cwd=cwd)
+        try:
+            wait_for_open(endpoint)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            output = process.communicate(timeout=20)[0].decode()
+        self.assertIn("Malamute broker bound to " + endpoint, output)
+        self.assertIn("Main loop terminated.", output)
+        self.assertTrue((cwd / "malamute-data").is_dir())
+
+    def test_pluginListedAfterPipInstall(self) -> None:
+        """
+        After a plain (non-editable) C{pip install .}, C{twistd --help}
+        lists the malamute plugin: the plugin file is shipped although
+        twisted/plugins has no __init__.py.
+        """
+        target = self.mktemp_dir()
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+             "--target", str(target), str(ROOT)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        self.assertTrue((target / "twisted" / "plugins" / "malamute_plugin.py").is_file())
+        self.assertFalse((target / "twisted" / "plugins" / "__init__.py").exists())
+        env = dict(os.environ, PYTHONPATH=str(target))
+        help_text = subprocess.run(
+            [TWISTD, "--help"],
+            cwd=self.mktemp_dir(), env=env, capture_output=True, check=True,
+        ).stdout.decode()  # fmt: skip
+        self.assertIn("malamute", help_text)
