@@ -18,6 +18,7 @@ from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack import settings as _settings
+from malamute_pack.broker.limits import Limits
 from malamute_pack.protocol import mlm
 from malamute_pack.tap import Options
 from tests.e2e_support import ipc_endpoint
@@ -76,7 +77,7 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(settings.endpoints, ("tcp://*:9999", "ipc://@/y"))
         self.assertEqual((settings.mechanism, settings.passwords), ("plain", Path("pw.cfg")))
         self.assertEqual(settings.limits.mailbox_max_bytes, 1000)
-        self.assertEqual(settings.limits.service_max_bytes, _settings.Limits().service_max_bytes)
+        self.assertEqual(settings.limits.service_max_bytes, Limits().service_max_bytes)
         self.assertEqual(settings.limits.max_clients, 7)
         self.assertEqual(settings.data_dir, Path("/var/lib/m"))
 
