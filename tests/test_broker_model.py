@@ -92,7 +92,7 @@ class ConnectionTests(SynchronousTestCase):
             self.h.command(B, mlm.ConnectionPing())
         self.assertNotIn(A, self.h.broker.clients)
         self.assertIn(B, self.h.broker.clients)
-        self.assertEqual(self.h.broker.streams["s"].readers.owner_count(), 0)
+        self.assertEqual(self.h.broker.streams.streams["s"].readers.owner_count(), 0)
         self.assertEqual(self.h.broker.counters.expired_clients, 1)
         [reply] = self.h.command(A, mlm.ConnectionPing())
         self.assertIsInstance(reply, mlm.Error)
@@ -229,7 +229,7 @@ class MailboxTests(SynchronousTestCase):
                 mlm.MailboxDeliver("alice", "bob", "2", "", [b"two"]),
             ],
         )
-        self.assertEqual(len(self.h.broker.mailboxes["bob"]), 0)
+        self.assertEqual(len(self.h.broker.post.mailboxes["bob"]), 0)
 
     def test_onlineDeliveredAtOnce(self) -> None:
         """Mail to a connected owner is delivered at once."""
@@ -272,7 +272,7 @@ class MailboxTests(SynchronousTestCase):
         self.h.open(B, "bob")
         self.h.clock.advance(2)
         self.assertEqual(self.h.take(A), [])
-        self.assertEqual(self.h.broker.counters.expired_letters, 0)
+        self.assertEqual(self.h.broker.post.expired, 0)
 
     def test_full(self) -> None:
         """
@@ -294,7 +294,7 @@ class MailboxTests(SynchronousTestCase):
     def test_emptyAddressRefused(self) -> None:
         """Mail to the empty address is refused and counted, not stored."""
         self.h.send(A, mlm.MailboxSend("", "s", "", 0, []))
-        self.assertEqual(self.h.broker.mailboxes, {})
+        self.assertEqual(self.h.broker.post.mailboxes, {})
         self.assertEqual(self.h.broker.counters.refused, 1)
 
 
@@ -333,7 +333,7 @@ class CreditTests(SynchronousTestCase):
         for n in range(3):
             self.h.send(A, mlm.StreamSend(str(n), []))
         self.assertEqual([s for s, _ in deliveries(self.h.take(B))], ["0"])
-        self.assertEqual(self.h.broker.streams["s"].dropped, 2)
+        self.assertEqual(self.h.broker.streams.streams["s"].dropped, 2)
         self.h.send(B, mlm.Credit(1))
         self.h.send(A, mlm.StreamSend("3", []))
         self.assertEqual([s for s, _ in deliveries(self.h.take(B))], ["3"])
@@ -390,7 +390,7 @@ class ServiceTests(SynchronousTestCase):
             received += self.h.command(W2, mlm.ConnectionPing())
             self.h.command(A, mlm.ConnectionPing())
         self.assertEqual(deliveries(received), [("job", [b"x"])])
-        self.assertEqual(self.h.broker.counters.service_requeued, 1)
+        self.assertEqual(self.h.broker.post.requeued, 1)
 
     def test_trackedRequestRequeuedOnClose(self) -> None:
         """A worker closing while it holds a tracked request gives it back."""
@@ -442,7 +442,7 @@ class ServiceTests(SynchronousTestCase):
         [confirm] = self.h.take(A)
         assert isinstance(confirm, mlm.Confirm)
         self.assertEqual(confirm.status_code, mlm.FAILED)
-        self.assertEqual(len(self.h.broker.services["echo"].queue), 0)
+        self.assertEqual(len(self.h.broker.post.services["echo"].queue), 0)
 
 
 class LimitTests(SynchronousTestCase):

@@ -76,10 +76,8 @@ def _messages(draw: st.DrawFn) -> mlm.Message:
     for name, kind in cls.LAYOUT:
         if kind == "s":
             kwargs[name] = draw(_text)
-        elif kind == "2":
-            kwargs[name] = draw(st.integers(0, 0xFFFF))
         else:
-            kwargs[name] = draw(st.integers(0, 0xFFFFFFFF))
+            kwargs[name] = draw(st.integers(0, (1 << (8 * int(kind))) - 1))
     if cls.HAS_CONTENT:
         kwargs["content"] = draw(_content)
     return cls(**kwargs)
@@ -122,8 +120,8 @@ class MalformedTests(SynchronousTestCase):
         self.assertMalformed([b"\xaa\xa1\x02"], "signature")
 
     def test_unknownId(self) -> None:
-        """An id outside 1-18 is malformed."""
-        self.assertMalformed([b"\xaa\xa8\x13"], "unknown message id 19")
+        """An id outside 1-25 is malformed."""
+        self.assertMalformed([b"\xaa\xa8\x1a"], "unknown message id 26")
         self.assertMalformed([b"\xaa\xa8\x00"], "unknown message id 0")
 
     def test_stringPastEnd(self) -> None:
@@ -138,6 +136,19 @@ class MalformedTests(SynchronousTestCase):
         """A number that runs past the end of the frame is malformed."""
         self.assertMalformed([b"\xaa\xa8\x10\x01"], "number2 runs past the end")
         self.assertMalformed([b"\xaa\xa8\x09\x00\x00\x00\x00\x00"], "number4 runs past the end")
+        self.assertMalformed([b"\xaa\xa8\x19" + bytes(7)], "number8 runs past the end")
+
+    def test_version2Layout(self) -> None:
+        """
+        A version 2 message encodes its number8 fields big-endian in eight
+        bytes, between the string fields, and content as further frames.
+        """
+        frames = mlm.encode(mlm.StreamRecord("s", "w", "t", 258, 1, [b"x"]))
+        self.assertEqual(
+            frames,
+            [b"\xaa\xa8\x14\x01s\x01w\x01t" + (258).to_bytes(8, "big") + (1).to_bytes(8, "big"),
+             b"x"],
+        )  # fmt: skip
 
     def test_trailingBytes(self) -> None:
         """Bytes after the last field are malformed."""

@@ -52,6 +52,10 @@ MACHINE: Final[dict[tuple[State, type[mlm.Message] | Event], Transition]] = {
     (State.CONNECTED, mlm.ConnectionClose): (("reply_ok", "deregister"), State.GONE),
     (State.CONNECTED, mlm.StreamWrite): (("store_writer", "reply_ok"), State.CONNECTED),
     (State.CONNECTED, mlm.StreamRead): (("store_reader", "reply_ok"), State.CONNECTED),
+    (State.CONNECTED, mlm.StreamReadFrom): (
+        ("store_reader_from", "reply_ok", "resume_streams"),
+        State.CONNECTED,
+    ),
     (State.CONNECTED, mlm.StreamCancel): (("cancel_reader", "reply_ok"), State.CONNECTED),
     (State.CONNECTED, mlm.StreamSend): (("write_to_stream",), State.CONNECTED),
     (State.CONNECTED, mlm.MailboxSend): (("write_to_mailbox",), State.CONNECTED),
@@ -80,6 +84,16 @@ def transition(state: State, event: type[mlm.Message] | Event) -> Transition:
     return found
 
 
+@dataclass(slots=True)
+class PendingAck:
+    """A STORED owed to a version 2 sender; C{code} is None until settled."""
+
+    tracker: str
+    id: int = 0
+    code: int | None = None
+    reason: str = ""
+
+
 @dataclass(eq=False, slots=True)
 class Client:
     """
@@ -91,10 +105,17 @@ class Client:
         expect); afterwards how many more messages it may be sent.
     @ivar writer: the stream it publishes to, if any.
     @ivar deliver_prefix: STREAM_DELIVER header up to the subject, for the
-        stream it writes to: prepared once, used for every message.
+        stream it writes to: prepared once, used for every message (and
+        C{record_prefix} the same for STREAM_RECORD).
     @ivar reading: stream name to the patterns it reads with.
     @ivar offers: service name to the patterns it serves.
-    @ivar held: tracked letters delivered to it and not yet confirmed.
+    @ivar version: the protocol version it opened with (2: docs/protocol.md).
+    @ivar behind: stream name to the next sequence number to send it from
+        the journal (it ran out of credit, or asked for a position); absent
+        while it reads live.
+    @ivar replaying: streams with a journal read under way for it.
+    @ivar held: letters delivered to it and not done with yet, by letter id.
+    @ivar acks: STORED answers owed to it, in the order of its sends.
     @ivar last_dispatch: when it last got a service request (dispatch count),
         so the least recently served worker gets the next one.
     """
@@ -102,13 +123,18 @@ class Client:
     route: bytes
     address: str
     last_seen: float
+    version: int = 1
     state: State = State.CONNECTED
     credit: int | None = None
     writer: Stream | None = None
     deliver_prefix: bytes = b""
+    record_prefix: bytes = b""
     reading: dict[str, set[str]] = field(default_factory=dict)
     offers: dict[str, set[str]] = field(default_factory=dict)
-    held: dict[str, deque[Letter]] = field(default_factory=dict)
+    behind: dict[str, int] = field(default_factory=dict)
+    replaying: set[str] = field(default_factory=set)
+    held: dict[int, Letter] = field(default_factory=dict)
+    acks: deque[PendingAck] = field(default_factory=deque)
     last_dispatch: int = 0
     dropped: int = 0
     malformed: int = 0
@@ -120,18 +146,13 @@ class Client:
     def subscriptions(self) -> int:
         return sum(map(len, self.reading.values())) + sum(map(len, self.offers.values()))
 
-    def hold(self, letter: Letter) -> None:
-        self.held.setdefault(letter.tracker, deque()).append(letter)
-
     def release(self, tracker: str) -> Letter | None:
         """The oldest held letter with C{tracker}, now released, if any."""
-        letters = self.held.get(tracker)
-        if not letters:
-            return None
-        letter = letters.popleft()
-        if not letters:
-            del self.held[tracker]
-        return letter
+        for letter in self.held.values():
+            if letter.tracker == tracker:
+                del self.held[letter.id]
+                return letter
+        return None
 
     def __repr__(self) -> str:
         return f"<Client {self.address or '(anonymous)'} {self.route.hex()}>"

@@ -30,12 +30,15 @@ class Letter:
     """
     One mailbox message or service request.
 
+    @ivar id: its number, from the journal when there is one; stable
+        across restarts, and what a version 2 recipient answers DONE with.
     @ivar sender: the sender's address ("" for an anonymous client).
     @ivar sender_route: the sender's routing id, to reach an anonymous sender.
     @ivar address: the mailbox owner or the service name.
     @ivar deadline: when it expires undelivered (clock seconds), or None.
     """
 
+    id: int
     kind: Kind
     sender: str
     sender_route: bytes
@@ -47,6 +50,9 @@ class Letter:
     size: int = 0
     state: LetterState = LetterState.QUEUED
     queue: LetterQueue | None = field(default=None, repr=False)
+    # Whether losing its recipient (expiry, disconnect) puts it back in its
+    # queue: a version 2 recipient's, or a tracked service request.
+    requeue_on_loss: bool = False
 
     def __post_init__(self) -> None:
         self.size = sum(len(frame) for frame in self.content)
@@ -83,13 +89,16 @@ class LetterQueue:
         if self.bytes + letter.size > self.max_bytes:
             raise QueueFull(f"{self.name} would exceed its limit of {self.max_bytes} bytes")
 
-    def append(self, letter: Letter) -> None:
+    def append(self, letter: Letter, bounded: bool = True) -> None:
         """
         Add C{letter} at the back.
 
+        @param bounded: refuse if that would exceed a bound (letters
+            recovered from the journal at startup are taken regardless).
         @raise QueueFull: if that would exceed a bound.
         """
-        self._check_room(letter)
+        if bounded:
+            self._check_room(letter)
         self._add(letter)
         self._letters.append(letter)
 

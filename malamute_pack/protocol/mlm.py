@@ -6,6 +6,9 @@ dataclass, ``decode`` turns a list of frames into one and ``encode`` turns
 one back into frames. Frame 1 is ``AA A8 | id | fields``; content frames,
 where a message has them, follow as the remaining frames.
 
+Messages 1-18 are MLM v1, byte for byte as libmlm's codec; 19-25 are our
+version 2 extension (``docs/protocol.md``), which adds a number8 field kind.
+
 Strings travel as a length byte plus UTF-8; bytes that are not valid UTF-8
 are kept with ``surrogateescape`` so that any subject a C client sends
 decodes and re-encodes to the same bytes.
@@ -38,8 +41,9 @@ class MalformedMessage(ValueError):
     """
 
 
-# Field kinds: a string (u8 length), a number2 (u16), a number4 (u32).
-_STRING, _NUMBER2, _NUMBER4 = "s", "2", "4"
+# Field kinds: a string (u8 length), a number2 (u16), a number4 (u32), and,
+# in version 2 messages only, a number8 (u64).
+_STRING, _NUMBER2, _NUMBER4, _NUMBER8 = "s", "2", "4", "8"
 
 
 @dataclass(slots=True)
@@ -227,6 +231,110 @@ class StreamCancel(Message):
     stream: str = ""
 
 
+# Protocol version 2 (docs/protocol.md): only a client that opened with
+# version 2 sends or receives these.
+
+# STREAM_READ_FROM's whence: where reading starts.
+LATEST, EARLIEST, SEQUENCE, TIME = 0, 1, 2, 3
+
+
+@dataclass(slots=True)
+class StreamReadFrom(Message):
+    ID: ClassVar[int] = 19
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("pattern", _STRING),
+        ("whence", _NUMBER2),
+        ("position", _NUMBER8),
+    )
+    stream: str = ""
+    pattern: str = ""
+    whence: int = LATEST
+    position: int = 0
+
+
+@dataclass(slots=True)
+class StreamRecord(Message):
+    ID: ClassVar[int] = 20
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        *StreamDeliver.LAYOUT,
+        ("sequence", _NUMBER8),
+        ("timestamp", _NUMBER8),
+    )
+    HAS_CONTENT: ClassVar[bool] = True
+    address: str = ""
+    sender: str = ""
+    subject: str = ""
+    sequence: int = 0
+    timestamp: int = 0  # milliseconds since the epoch
+    content: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamGap(Message):
+    ID: ClassVar[int] = 21
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("missed", _NUMBER8),
+        ("available", _NUMBER8),
+    )
+    address: str = ""
+    missed: int = 0
+    available: int = 0
+
+
+@dataclass(slots=True)
+class Stored(Message):
+    ID: ClassVar[int] = 22
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("id", _NUMBER8),
+        ("tracker", _STRING),
+        *_STATUS,
+    )
+    id: int = 0
+    tracker: str = ""
+    status_code: int = SUCCESS
+    status_reason: str = ""
+
+
+_RECORD_LAYOUT: Final = (("id", _NUMBER8), *MailboxDeliver.LAYOUT)
+
+
+@dataclass(slots=True)
+class MailboxRecord(Message):
+    ID: ClassVar[int] = 23
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = _RECORD_LAYOUT
+    HAS_CONTENT: ClassVar[bool] = True
+    id: int = 0
+    sender: str = ""
+    address: str = ""
+    subject: str = ""
+    tracker: str = ""
+    content: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ServiceRecord(Message):
+    ID: ClassVar[int] = 24
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = _RECORD_LAYOUT
+    HAS_CONTENT: ClassVar[bool] = True
+    id: int = 0
+    sender: str = ""
+    address: str = ""
+    subject: str = ""
+    tracker: str = ""
+    content: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Done(Message):
+    ID: ClassVar[int] = 25
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (("id", _NUMBER8), *_STATUS)
+    id: int = 0
+    status_code: int = SUCCESS
+    status_reason: str = ""
+
+
 MESSAGE_TYPES: Final[dict[int, type[Message]]] = {
     cls.ID: cls
     for cls in (
@@ -248,6 +356,13 @@ MESSAGE_TYPES: Final[dict[int, type[Message]]] = {
         Credit,
         Confirm,
         StreamCancel,
+        StreamReadFrom,
+        StreamRecord,
+        StreamGap,
+        Stored,
+        MailboxRecord,
+        ServiceRecord,
+        Done,
     )
 }
 
@@ -271,10 +386,19 @@ MESSAGE_NAMES: Final[dict[int, str]] = {
     16: "CREDIT",
     17: "CONFIRM",
     18: "STREAM_CANCEL",
+    19: "STREAM_READ_FROM",
+    20: "STREAM_RECORD",
+    21: "STREAM_GAP",
+    22: "STORED",
+    23: "MAILBOX_RECORD",
+    24: "SERVICE_RECORD",
+    25: "DONE",
 }
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_PACKERS: Final = {_NUMBER2: _U16, _NUMBER4: _U32, _NUMBER8: _U64}
 
 
 def encode_string(value: str) -> bytes:
@@ -283,6 +407,12 @@ def encode_string(value: str) -> bytes:
     if len(data) > 255:
         raise MalformedMessage(f"string of {len(data)} bytes is longer than 255")
     return bytes((len(data),)) + data
+
+
+def fit_string(text: str) -> str:
+    """C{text} cut, if need be, to fit a protocol string (255 bytes)."""
+    data = text.encode("utf-8", "surrogateescape")
+    return text if len(data) <= 255 else data[:252].decode("utf-8", "ignore") + "..."
 
 
 def _encode_number(value: int, packer: struct.Struct) -> bytes:
@@ -299,10 +429,8 @@ def encode_header(message: Message) -> bytes:
         value = getattr(message, name)
         if kind is _STRING:
             parts.append(encode_string(value))
-        elif kind is _NUMBER2:
-            parts.append(_encode_number(value, _U16))
         else:
-            parts.append(_encode_number(value, _U32))
+            parts.append(_encode_number(value, _PACKERS[kind]))
     return b"".join(parts)
 
 
@@ -350,10 +478,11 @@ def decode(frames: Sequence[bytes]) -> Message:
             values.append((header[offset] << 8) | header[offset + 1])
             offset += 2
         else:
-            if offset + 4 > end:
-                raise MalformedMessage(f"{MESSAGE_NAMES[cls.ID]}: number4 runs past the end")
-            values.append(_U32.unpack_from(header, offset)[0])
-            offset += 4
+            packer = _PACKERS[kind]
+            if offset + packer.size > end:
+                raise MalformedMessage(f"{MESSAGE_NAMES[cls.ID]}: number{kind} runs past the end")
+            values.append(packer.unpack_from(header, offset)[0])
+            offset += packer.size
     if offset != end:
         raise MalformedMessage(f"{MESSAGE_NAMES[cls.ID]}: {end - offset} trailing bytes")
     if cls.HAS_CONTENT:
