@@ -9,8 +9,15 @@ Keys of the C broker that are honoured:
 ``mlm_server/bind/endpoint`` (repeatable),
 ``mlm_server/mailbox/size-limit`` and ``mlm_server/service/queue/size-limit``
 (bytes, or ``max``). Our own: ``malamute/data-dir``,
-``malamute/match-cache`` and ``malamute/limits/<name>`` for each field of
-L{Limits} with dashes (``malamute/limits/max-clients = 500``).
+``malamute/match-cache``, ``malamute/limits/<name>`` for each field of
+L{Limits} with dashes (``malamute/limits/max-clients = 500``), and the
+journal's: ``malamute/journal/enabled`` (1 or 0),
+``malamute/journal/commit-interval`` (ms), ``malamute/journal/commit-batch``,
+``malamute/journal/stream-synchronous`` and ``.../queue-synchronous``
+(OFF, NORMAL, FULL, EXTRA), ``malamute/journal/prune-interval`` (s), and
+retention ``malamute/journal/retention/max-count``, ``.../max-age`` (s),
+``.../max-bytes``, also per stream under
+``malamute/journal/streams/<stream>/max-count`` (and so on).
 
 Tests: ``tests/test_tap.py``.
 """
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from malamute_pack.broker.limits import Limits
+from malamute_pack.journal import JournalConfig, RetentionPolicy
 
 DEFAULT_ENDPOINT = "ipc://@/malamute"
 DEFAULT_DATA_DIR = Path("malamute-data")
@@ -40,6 +48,12 @@ class Settings:
     data_dir: Path = DEFAULT_DATA_DIR
     match_cache: int = 10_000
     limits: Limits = field(default_factory=Limits)
+    journal: bool = True
+    journal_config: JournalConfig = field(default_factory=JournalConfig)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.data_dir / "journal.sqlite"
 
 
 def _int(key: str, value: str, allow_max: bool = False) -> int | None:
@@ -95,7 +109,58 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
             changes["limits"] = dataclasses.replace(base.limits, **limits)
         except ValueError as e:
             raise SettingsError(str(e)) from e
+    if (value := last("malamute/journal/enabled")) is not None:
+        changes["journal"] = _int("malamute/journal/enabled", value) != 0
+    changes["journal_config"] = _journal_config(config, base.journal_config)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+_RETENTION_KEYS = {"max-count": "max_count", "max-age": "max_age_s", "max-bytes": "max_bytes"}
+
+
+def _retention(config: dict[str, list[str]], prefix: str, base: RetentionPolicy) -> RetentionPolicy:
+    changes: dict[str, float | int] = {}
+    for key, name in _RETENTION_KEYS.items():
+        values = config.get(f"{prefix}/{key}")
+        if values:
+            n = _int(f"{prefix}/{key}", values[-1])
+            assert n is not None
+            changes[name] = float(n) if name == "max_age_s" else n
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _journal_config(config: dict[str, list[str]], base: JournalConfig) -> JournalConfig:
+    prefix = "malamute/journal"
+    changes: dict[str, object] = {}
+    numbers = {
+        "commit-interval": ("commit_interval_s", 1000.0),
+        "commit-batch": ("commit_max_batch", 0.0),
+        "prune-interval": ("prune_interval_s", 1.0),
+    }
+    for key, (name, per_second) in numbers.items():
+        values = config.get(f"{prefix}/{key}")
+        if values:
+            n = _int(f"{prefix}/{key}", values[-1])
+            assert n is not None
+            changes[name] = n / per_second if per_second else n
+    for key in ("stream-synchronous", "queue-synchronous"):
+        values = config.get(f"{prefix}/{key}")
+        if values:
+            changes[key.replace("-", "_")] = values[-1].upper()
+    changes["retention"] = _retention(config, f"{prefix}/retention", base.retention)
+    per_stream = dict(base.per_stream_retention)
+    streams = f"{prefix}/streams/"
+    for key in config:
+        if key.startswith(streams) and key.count("/") == 4:
+            name = key[len(streams) :].rsplit("/", 1)[0]
+            per_stream[name] = _retention(
+                config, streams + name, per_stream.get(name, changes["retention"])  # type: ignore[arg-type]
+            )
+    changes["per_stream_retention"] = per_stream
+    try:
+        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise SettingsError(f"{prefix}: {e}") from e
 
 
 def check(settings: Settings) -> Settings:

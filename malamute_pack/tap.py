@@ -1,9 +1,10 @@
 """
 ``twistd malamute``: the command-line options and the service they make.
 
-The service is a L{MultiService} of the ZAP handler (when PLAIN is on) and
-the ROUTER socket that feeds the broker model; everything runs in the
-reactor thread.
+The service is a L{MultiService} of the ZAP handler (when PLAIN is on), the
+journal (unless ``--no-journal``) and the ROUTER socket that feeds the
+broker model; everything but the journal's writer and reader threads runs
+in the reactor thread.
 
 Tests: ``tests/test_tap.py``.
 """
@@ -20,6 +21,8 @@ from twisted.python import usage
 
 from malamute_pack import settings as _settings
 from malamute_pack.broker.broker import Broker, BrokerConfig
+from malamute_pack.journal import Journal, Recovered
+from malamute_pack.journal.service import JournalService
 from malamute_pack.transport.router import RouterService, RouterSink
 from malamute_pack.transport.zap import PasswordFileError, ZapHandler, load_passwords
 from malamute_pack.zpl import ZplError, load_zpl
@@ -38,6 +41,9 @@ class Options(usage.Options):
         ["timeout", "t", None, "Expire clients silent this long, in ms (default 10000).", int],
         ["data-dir", "d", None, "Directory for the broker's data (default ./malamute-data)."],
         ["passwords", "p", None, "Password file (user = password lines): require PLAIN."],
+    ]
+    optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
+        ["no-journal", None, "Keep nothing on disk: no stream replay, no durable mail."],
     ]
 
     def __init__(self) -> None:
@@ -71,6 +77,8 @@ class Options(usage.Options):
             result = dataclasses.replace(
                 result, passwords=Path(self["passwords"]), mechanism="plain"
             )
+        if self["no-journal"]:
+            result = dataclasses.replace(result, journal=False)
         return _settings.check(result)
 
 
@@ -101,6 +109,10 @@ def makeBrokerService(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     sink = RouterSink()
     clock: IReactorTime = reactor  # type: ignore[assignment]
+    journal = (
+        Journal(settings.journal_path, clock, settings.journal_config)
+        if settings.journal else None
+    )  # fmt: skip
     broker = Broker(
         sink,
         clock,
@@ -109,11 +121,21 @@ def makeBrokerService(
             limits=settings.limits,
             match_cache=settings.match_cache,
         ),
+        journal,
     )
+    if journal is not None:
+        # Started before the router: letters are back before clients come.
+        opener = JournalService(journal, lambda found: _restore(broker, found))
+        opener.setName("journal")
+        opener.setServiceParent(top)
     router = RouterService(reactor, context, broker, sink, settings.endpoints, plain=plain)
     router.setName("router")
     router.setServiceParent(top)
     return top
+
+
+def _restore(broker: Broker, found: Recovered) -> None:
+    broker.restore(found.queued)
 
 
 def makeService(options: Options) -> IService:

@@ -1,12 +1,15 @@
 """
-Tests for L{malamute_pack.bench}: the figures a scenario's reports make, and
-short real runs of ``python -m malamute_pack.bench`` (a broker process and
-load processes), which are slow system tests.
+Tests for L{malamute_pack.bench}: the figures a scenario's reports make, the
+journal comparison, which scenarios run on which broker, the frames the
+load encodes by hand, and short real runs of ``python -m
+malamute_pack.bench`` (broker processes and load processes), which are
+slow system tests.
 """
-
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import subprocess
 import sys
@@ -15,32 +18,48 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import load
-from malamute_pack.bench.scenarios import SCENARIOS, Result
+from malamute_pack.bench.__main__ import parse
+from malamute_pack.bench.brokerprocess import BrokerProcess
+from malamute_pack.bench.scenarios import (
+    SCENARIOS,
+    BrokerRun,
+    Result,
+    journal_cost_lines,
+    plan,
+)
+from malamute_pack.protocol import mlm
 from tests.support import skip_slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
-COMMON = ["scenario", "n", "secs", "msgs_per_s", "lost"]
+COMMON = ["scenario", "journal", "n", "secs", "msgs_per_s", "lost"]
 KEYS = {
     "stream_1to1": COMMON,
     "stream_fanout10": [*COMMON, "delivered_per_s"],
     "mailbox": COMMON,
+    "mailbox_durable": [*COMMON, "acked"],
     "service_rr": [*COMMON, "avg_rtt_us"],
 }
+COMPARED = ["stream_1to1", "stream_fanout10", "mailbox"]
+COST_KEYS = ["scenario", "on_msgs_per_s", "off_msgs_per_s", "ratio"]
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "malamute_pack.bench", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
 def _fields(line: str) -> list[tuple[str, str]]:
     return [tuple(token.split("=", 1)) for token in line.split()]  # type: ignore[misc]
+
+
+def _names(runs: list[BrokerRun]) -> list[tuple[bool | None, list[str]]]:
+    return [(run.journal, [s.name for s in run.scenarios]) for run in runs]
 
 
 class FiguresTests(SynchronousTestCase):
@@ -82,34 +101,224 @@ class FiguresTests(SynchronousTestCase):
             "scenario=mailbox n=5 secs=0.000 msgs_per_s=0 lost=5",
         )
 
+    def test_durableFigures(self) -> None:
+        """
+        The durable mailbox's rate is STORED 200s per second, its time runs
+        to the last acknowledgement when that comes after the last delivery,
+        a letter not acknowledged with 200 is not acked, and one the
+        receiver never got is lost.
+        """
+        scenario = SCENARIOS["mailbox_durable"]
+        reports = (
+            load.Report(received=9, last_receipt=3.0),
+            load.Report(sent=10, acked=8, first_send=1.0, last_ack=5.0),
+        )
+        self.assertEqual(
+            Result(scenario, 10, reports, journal=True).line(),
+            "scenario=mailbox_durable journal=on n=10 secs=4.000 msgs_per_s=2 lost=1 acked=8",
+        )
+
+    def test_journalKey(self) -> None:
+        """A line says whether its broker journaled, right after the scenario's name."""
+        scenario = SCENARIOS["mailbox"]
+        reports = (
+            load.Report(received=5, last_receipt=2.0),
+            load.Report(sent=5, first_send=1.0),
+        )
+        self.assertEqual(
+            Result(scenario, 5, reports, journal=False).line(),
+            "scenario=mailbox journal=off n=5 secs=1.000 msgs_per_s=5 lost=0",
+        )
+
+
+def _mailbox_result(rate: int, journal: bool | None) -> Result:
+    """A mailbox result of C{rate} messages in one second."""
+    reports = (
+        load.Report(received=rate, last_receipt=2.0),
+        load.Report(sent=rate, first_send=1.0),
+    )
+    return Result(SCENARIOS["mailbox"], rate, reports, journal)
+
+
+class JournalCostTests(SynchronousTestCase):
+    def test_ratioOfOnToOff(self) -> None:
+        """A scenario that ran with and without the journal gets one line: on over off."""
+        results = [_mailbox_result(400, False), _mailbox_result(300, True)]
+        self.assertEqual(
+            journal_cost_lines(results),
+            ["journal_cost scenario=mailbox on_msgs_per_s=300 off_msgs_per_s=400 ratio=0.75"],
+        )
+
+    def test_onlyScenariosRunBothWays(self) -> None:
+        """A scenario that ran once, or against a broker of unknown kind, gets no line."""
+        results = [_mailbox_result(300, True), _mailbox_result(200, None)]
+        self.assertEqual(journal_cost_lines(results), [])
+
+    def test_nothingWithoutTheJournal(self) -> None:
+        """A journal-off run that measured nothing gives ratio 0, not a division error."""
+        results = [_mailbox_result(0, False), _mailbox_result(300, True)]
+        self.assertEqual(
+            journal_cost_lines(results),
+            ["journal_cost scenario=mailbox on_msgs_per_s=300 off_msgs_per_s=0 ratio=0"],
+        )
+
+
+class PlanTests(SynchronousTestCase):
+    def test_both(self) -> None:
+        """
+        Comparing, the journal-off broker plays the compared scenarios first,
+        then the journal-on broker plays every scenario.
+        """
+        self.assertEqual(
+            _names(plan(list(SCENARIOS), "both")),
+            [(False, COMPARED), (True, list(SCENARIOS))],
+        )
+
+    def test_bothWithNothingToCompare(self) -> None:
+        """No journal-off broker is started when no chosen scenario is compared."""
+        self.assertEqual(
+            _names(plan(["service_rr", "mailbox_durable"], "both")),
+            [(True, ["service_rr", "mailbox_durable"])],
+        )
+
+    def test_on(self) -> None:
+        """With the journal only, one broker plays everything."""
+        self.assertEqual(_names(plan(list(SCENARIOS), "on")), [(True, list(SCENARIOS))])
+
+    def test_off(self) -> None:
+        """Without the journal only, one broker plays all but what needs the journal."""
+        self.assertEqual(
+            _names(plan(list(SCENARIOS), "off")),
+            [(False, [*COMPARED, "service_rr"])],
+        )
+
+    def test_external(self) -> None:
+        """A broker the harness did not start plays every scenario once."""
+        self.assertEqual(_names(plan(list(SCENARIOS), None)), [(None, list(SCENARIOS))])
+
+
+class OptionsTests(SynchronousTestCase):
+    def _refused(self, *argv: str) -> str:
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors):
+            self.assertRaises(SystemExit, parse, list(argv))
+        return errors.getvalue()
+
+    def test_durableNeedsTheJournal(self) -> None:
+        """Asking for mailbox_durable without the journal is a usage error."""
+        self.assertIn(
+            "mailbox_durable needs the journal",
+            self._refused("--journal", "off", "--scenario", "mailbox_durable"),
+        )
+
+    def test_journalNeedsOwnBroker(self) -> None:
+        """--journal says which brokers to start, so it cannot go with --endpoint."""
+        self.assertIn(
+            "--journal needs a broker this command starts",
+            self._refused("--journal", "on", "--endpoint", "ipc://@/x"),
+        )
+
+    def test_windowAtLeastOne(self) -> None:
+        """A durable sender's window must let at least one letter out."""
+        self.assertIn("--window must be at least 1", self._refused("--window", "0"))
+
+
+class FramesTests(SynchronousTestCase):
+    def test_doneHeader(self) -> None:
+        """The hand-packed DONE header is the codec's DONE(id, 200, "")."""
+        for letter_id in (0, 1, 2**40 + 3, 2**64 - 1):
+            self.assertEqual(
+                load.done_header(letter_id), mlm.encode_header(mlm.Done(letter_id, mlm.SUCCESS))
+            )
+
+    def test_storedCode(self) -> None:
+        """The status code is read past the STORED's tracker, whatever its length."""
+        for tracker in ("", "t", "x" * 255):
+            for code in (mlm.SUCCESS, mlm.FAILED):
+                header = mlm.encode_header(mlm.Stored(7, tracker, code, "why"))
+                self.assertEqual(load.stored_code(header), code)
+
 
 class BenchCommandTests(SynchronousTestCase):
     skip = skip_slow
 
+    def _assertLine(self, line: str, journal: str | None) -> None:
+        fields = _fields(line)
+        keys = KEYS[fields[0][1]]
+        if journal is None:
+            keys = [k for k in keys if k != "journal"]
+        self.assertEqual([k for k, _ in fields], keys, line)
+        values = dict(fields)
+        if journal is not None:
+            self.assertEqual(values["journal"], journal, line)
+        self.assertEqual(values["n"], "2000", line)
+        self.assertEqual(values["lost"], "0", line)
+        self.assertGreater(float(values["secs"]), 0, line)
+        self.assertGreater(float(values["msgs_per_s"]), 0, line)
+        if "acked" in values:
+            self.assertEqual(values["acked"], "2000", line)
+
     def test_everyScenarioPrintsItsLine(self) -> None:
         """
-        A default run with 2000 messages prints one line per scenario with
-        exactly that scenario's keys, loses nothing, and exits 0 (which
-        includes the broker process shutting down cleanly on SIGTERM).
+        A default run with 2000 messages plays the compared scenarios
+        against a journal-off broker, then every scenario against a
+        journal-on broker, each line with exactly its scenario's keys and
+        nothing lost (the durable sender's letters all acknowledged), then a
+        journal_cost line per compared scenario; it exits 0, which includes
+        both broker processes shutting down cleanly on SIGTERM.
         """
         result = _bench("--messages", "2000")
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
-        self.assertEqual([_fields(line)[0][1] for line in lines], list(KEYS))
-        for line in lines:
-            fields = _fields(line)
-            self.assertEqual([k for k, _ in fields], KEYS[fields[0][1]], line)
+        expected = [("off", name) for name in COMPARED] + [("on", name) for name in KEYS]
+        scenario_lines = lines[: len(expected)]
+        self.assertEqual(
+            [(dict(_fields(line)).get("journal"), _fields(line)[0][1]) for line in scenario_lines],
+            expected,
+            result.stdout,
+        )
+        for (journal, _), line in zip(expected, scenario_lines, strict=True):
+            self._assertLine(line, journal)
+        costs = lines[len(expected) :]
+        self.assertEqual([line.split()[0] for line in costs], ["journal_cost"] * len(COMPARED))
+        self.assertEqual([dict(_fields(line)[1:])["scenario"] for line in costs], COMPARED)
+        for line in costs:
+            fields = _fields(line)[1:]
+            self.assertEqual([k for k, _ in fields], COST_KEYS, line)
             values = dict(fields)
-            self.assertEqual(values["n"], "2000", line)
-            self.assertEqual(values["lost"], "0", line)
-            self.assertGreater(float(values["secs"]), 0, line)
-            self.assertGreater(float(values["msgs_per_s"]), 0, line)
+            self.assertGreater(float(values["on_msgs_per_s"]), 0, line)
+            self.assertGreater(float(values["off_msgs_per_s"]), 0, line)
+            ratio = float(values["on_msgs_per_s"]) / float(values["off_msgs_per_s"])
+            self.assertEqual(values["ratio"], f"{ratio:.2f}", line)
+
+    def test_externalBrokerOnce(self) -> None:
+        """
+        Against a broker it did not start, the command plays each scenario
+        once, with no journal key and no journal_cost line.
+        """
+        broker = BrokerProcess(Path(self.mktemp()).resolve())
+        broker.data_dir.mkdir(parents=True)
+        broker.start()
+        try:
+            result = _bench(
+                "--messages", "2000", "--endpoint", broker.endpoint,
+                "--scenario", "stream_1to1", "--scenario", "mailbox_durable",
+            )  # fmt: skip
+        finally:
+            broker.stop()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        names = [_fields(line)[0][1] for line in lines]
+        self.assertEqual(names, ["stream_1to1", "mailbox_durable"])
+        for line in lines:
+            self._assertLine(line, None)
 
     def test_profileIsWrittenAndPrinted(self) -> None:
         """
-        With C{--profile} the broker runs under cProfile, shuts down cleanly
-        so the profile file is written, and the command prints its top 25
-        functions by own time after the scenario's line.
+        With C{--profile} the journal-on broker runs under cProfile, shuts
+        down cleanly so the profile file is written, and the command prints
+        its top 25 functions by own time after the scenario's lines (with
+        and without the journal) and their journal_cost line.
         """
         profile = Path(self.mktemp()).resolve()
         result = _bench(
@@ -118,7 +327,9 @@ class BenchCommandTests(SynchronousTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(profile.stat().st_size > 0)
         lines = result.stdout.splitlines()
-        self.assertTrue(lines[0].startswith("scenario=stream_1to1 "), lines[0])
+        self.assertTrue(lines[0].startswith("scenario=stream_1to1 journal=off "), lines[0])
+        self.assertTrue(lines[1].startswith("scenario=stream_1to1 journal=on "), lines[1])
+        self.assertTrue(lines[2].startswith("journal_cost scenario=stream_1to1 "), lines[2])
         self.assertIn("Ordered by: internal time", result.stdout)
         self.assertIn("List reduced from", result.stdout)
         table = result.stdout.split("filename:lineno(function)", 1)[1]

@@ -1,7 +1,8 @@
 """
 The broker under test as a real process: ``twistd --nodaemon malamute`` on a
 private IPC endpoint, with a long heartbeat timeout so that load processes
-need not ping, and optionally under twistd's own cProfile runner.
+need not ping, with its journal (in a data directory of its own) or with
+``--no-journal``, and optionally under twistd's own cProfile runner.
 
 Why twistd's profiler and not ``python -m cProfile``: after a clean shutdown
 on SIGTERM, twistd (and ``twist``) re-raise the signal with the default
@@ -18,6 +19,7 @@ Tests: ``tests/test_bench.py``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -35,6 +37,9 @@ PROJECT_ROOT = Path(malamute_pack.__file__).resolve().parent.parent
 # Long enough that no load process is expired for silence during a run.
 TIMEOUT_MS = 600_000
 
+# Each broker of one harness gets an endpoint of its own.
+_serial = itertools.count(1)
+
 
 class BrokerError(Exception):
     """The broker did not start, or did not exit cleanly."""
@@ -43,13 +48,17 @@ class BrokerError(Exception):
 class BrokerProcess:
     """
     @ivar endpoint: where it listens.
+    @ivar data_dir: its working directory: its log, and its journal under
+        C{data/}.
     @ivar profile: where cProfile writes its statistics, if it runs under it.
+    @ivar journal: whether it journals (else it runs with C{--no-journal}).
     """
 
-    def __init__(self, data_dir: Path, profile: Path | None = None) -> None:
-        self.endpoint = f"ipc://@/malamute-bench-{os.getpid()}"
+    def __init__(self, data_dir: Path, profile: Path | None = None, journal: bool = True) -> None:
+        self.endpoint = f"ipc://@/malamute-bench-{os.getpid()}-{next(_serial)}"
         self.data_dir = data_dir
         self.profile = profile
+        self.journal = journal
         self.log = data_dir / "broker.log"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -71,6 +80,7 @@ class BrokerProcess:
             f"--endpoint={self.endpoint}",
             f"--data-dir={self.data_dir / 'data'}",
             f"--timeout={TIMEOUT_MS}",
+            *([] if self.journal else ["--no-journal"]),
         ]
 
     def start(self, timeout: float = 30.0) -> None:

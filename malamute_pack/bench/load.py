@@ -1,15 +1,18 @@
 """
-The load side of the benchmark: one function per role (send a burst, count
-deliveries, serve requests, make round trips), each run in a process of its
-own on a raw ZeroMQ DEALER socket with frames encoded once, before the clock
-starts, so that what is measured is the broker and not the load.
+The load side of the benchmark: one function per role (send a burst, send
+with a window of unacknowledged durable letters, count deliveries and
+answer them with DONE where asked, serve requests, make round trips), each
+run in a process of its own on a raw ZeroMQ DEALER socket with frames
+encoded once, before the clock starts, so that what is measured is the
+broker and not the load.
 
 Every role process follows the same protocol with the runner, over a pipe:
-connect, CONNECTION_OPEN and the role's setup commands (each answered OK),
-then ``READY``; wait for ``GO``; do the work; send its L{Report}; wait for
-``STOP``; CONNECTION_CLOSE. While it waits it pings the broker now and then,
-so that a broker with the usual heartbeat timeout (the C broker's, or ours
-without ``--timeout``) does not expire a client that only listens.
+connect, CONNECTION_OPEN (with the role's protocol version) and the role's
+setup commands (each answered OK), then ``READY``; wait for ``GO``; do the
+work; send its L{Report}; wait for ``STOP``; CONNECTION_CLOSE. While it
+waits it pings the broker now and then, so that a broker with the usual
+heartbeat timeout (the C broker's, or ours without ``--timeout``) does not
+expire a client that only listens.
 
 Timestamps are ``time.monotonic()``: on Linux that is CLOCK_MONOTONIC, one
 clock for every process on the host, so a send time from one process and a
@@ -21,6 +24,7 @@ Tests: ``tests/test_bench.py``.
 from __future__ import annotations
 
 import contextlib
+import struct
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +37,27 @@ from malamute_pack.protocol import mlm
 
 # Messages on the pipe between the runner and a role process.
 READY, GO, REPORT, STOP, FAILED = "ready", "go", "report", "stop", "failed"
+
+# Letters a durable sender keeps waiting for STORED, unless told otherwise.
+DEFAULT_WINDOW = 1000
+
+
+# DONE(id, 200, ""), encoded by packing just the id into a fixed header.
+_DONE_200 = struct.Struct(">2sBQHB")
+# The id: the first field of a MAILBOX_RECORD or SERVICE_RECORD, after the
+# signature and the message id.
+_RECORD_ID = struct.Struct(">Q")
+
+
+def done_header(letter_id: int) -> bytes:
+    """Frame 1 of DONE(C{letter_id}, 200, "")."""
+    return _DONE_200.pack(mlm.SIGNATURE, mlm.Done.ID, letter_id, mlm.SUCCESS, 0)
+
+
+def stored_code(header: bytes) -> int:
+    """The status code of a STORED whose frame 1 is C{header}."""
+    at = 12 + header[11]  # after signature, id, the letter id and the tracker
+    return (header[at] << 8) | header[at + 1]
 
 
 class LoadError(Exception):
@@ -48,11 +73,14 @@ class Job:
     @ivar idle: seconds without a delivery after which a receiver gives up
         and reports what it has (the rest is lost).
     @ivar ping_interval: seconds between CONNECTION_PINGs while a role waits.
+    @ivar window: letters a durable sender has sent and not yet seen STORED
+        for, at most.
     """
 
     n: int
     idle: float = 5.0
     ping_interval: float = 1.0
+    window: int = DEFAULT_WINDOW
 
 
 @dataclass(slots=True)
@@ -62,15 +90,19 @@ class Report:
 
     @ivar sent: messages sent (requests, for a requester).
     @ivar received: deliveries counted (replies, for a requester).
+    @ivar acked: STOREDs with status 200 (a durable sender's letters).
     @ivar first_send: when the first message left, if any did.
     @ivar last_receipt: when the last counted delivery arrived, if any did.
+    @ivar last_ack: when the last STORED 200 arrived, if any did.
     @ivar rtt_total: seconds summed over the completed round trips.
     """
 
     sent: int = 0
     received: int = 0
+    acked: int = 0
     first_send: float | None = None
     last_receipt: float | None = None
+    last_ack: float | None = None
     rtt_total: float = 0.0
 
 
@@ -151,6 +183,9 @@ class Role:
     @ivar setup: commands sent after OPEN, each answered OK before READY.
     @ivar frames: the message it sends, encoded once.
     @ivar counts: message id of the deliveries it counts; 0 if it counts none.
+    @ivar version: the protocol version it opens with.
+    @ivar done: whether it answers each counted record (a MAILBOX_RECORD or
+        SERVICE_RECORD) with DONE(id, 200).
     """
 
     name: str
@@ -159,6 +194,8 @@ class Role:
     setup: tuple[mlm.Message, ...] = ()
     frames: tuple[bytes, ...] = ()
     counts: int = 0
+    version: int = 1
+    done: bool = False
 
 
 def blast(link: Link, role: Role, job: Job) -> Report:
@@ -171,11 +208,58 @@ def blast(link: Link, role: Role, job: Job) -> Report:
     return Report(sent=job.n, first_send=first)
 
 
-def count(link: Link, role: Role, job: Job) -> Report:
-    """Count deliveries of kind C{role.counts} until C{job.n} or C{job.idle} of silence."""
+def post(link: Link, role: Role, job: Job) -> Report:
+    """
+    Send C{role.frames} (a MAILBOX_SEND or SERVICE_SEND of a version 2
+    sender) C{job.n} times, with at most C{job.window} still waiting for
+    their STORED, and count the STOREDs with status 200. Gives up after
+    C{job.idle} without a STORED (a broker that sends none).
+    """
     socket = link.socket
     recv = socket.recv_multipart
+    send = socket.send_multipart
+    frames = list(role.frames)
+    n = job.n
+    window = job.window
+    stored_id = mlm.Stored.ID
+    sent = answered = acked = 0
+    last_ack = None
+    first = last_answer = monotonic()
+    while answered < n:
+        while sent < n and sent - answered < window:
+            send(frames)
+            sent += 1
+        try:
+            header = recv(zmq.NOBLOCK)[0]
+        except zmq.Again:
+            link.keepalive()
+            if monotonic() - last_answer > job.idle:
+                break
+            socket.poll(100)
+            continue
+        if header[2] != stored_id:
+            continue  # a PONG
+        answered += 1
+        last_answer = monotonic()
+        if stored_code(header) == mlm.SUCCESS:
+            acked += 1
+            last_ack = last_answer
+        if not answered & 0x3FF:
+            link.keepalive()
+    return Report(sent=sent, acked=acked, first_send=first, last_ack=last_ack)
+
+
+def count(link: Link, role: Role, job: Job) -> Report:
+    """
+    Count deliveries of kind C{role.counts} until C{job.n} or C{job.idle}
+    of silence, answering each with DONE if C{role.done}.
+    """
+    socket = link.socket
+    recv = socket.recv_multipart
+    send = socket.send
     kind = role.counts
+    done = role.done
+    record_id = _RECORD_ID.unpack_from
     received = 0
     last = None
     quiet_since = monotonic()
@@ -188,7 +272,10 @@ def count(link: Link, role: Role, job: Job) -> Report:
                 break
             socket.poll(100)
             continue
-        if frames[0][2] == kind:
+        header = frames[0]
+        if header[2] == kind:
+            if done:
+                send(done_header(record_id(header, 3)[0]))
             received += 1
             last = monotonic()
             if not received & 0x3FF:
@@ -268,7 +355,7 @@ def run_role(role: Role, endpoint: str, job: Job, pipe: Connection) -> None:
     """The body of one role process (see the module docstring for its protocol)."""
     try:
         link = Link(endpoint, job.ping_interval)
-        link.command(mlm.ConnectionOpen(address=role.address))
+        link.command(mlm.ConnectionOpen(version=role.version, address=role.address))
         for command in role.setup:
             link.command(command)
         pipe.send((READY, None))

@@ -65,10 +65,11 @@ MACHINE: Final[dict[tuple[State, type[mlm.Message] | Event], Transition]] = {
         State.CONNECTED,
     ),
     (State.CONNECTED, mlm.Credit): (
-        ("credit", "deliver_mail", "dispatch_offered"),
+        ("credit", "deliver_mail", "dispatch_offered", "resume_streams"),
         State.CONNECTED,
     ),
     (State.CONNECTED, mlm.Confirm): (("confirm",), State.CONNECTED),
+    (State.CONNECTED, mlm.Done): (("done",), State.CONNECTED),
     (State.CONNECTED, Event.EXPIRED): (("deregister",), State.GONE),
     (State.CONNECTED, Event.TAKEN_OVER): (("deregister",), State.GONE),
     # Messages only a broker sends (deliveries, OK, ERROR) are violations.

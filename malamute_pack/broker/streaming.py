@@ -177,14 +177,17 @@ class Streams:
         elif whence == mlm.SEQUENCE:
             client.behind[name] = max(1, pos)
         else:
-            # Hold live delivery from now on; replay from the time once found.
+            # Hold live delivery from now on; replay from the time once found
+            # (until then a journal read is under way: nothing else starts).
             client.behind[name] = min(client.behind.get(name, 1 << 63), store.last_seq(name) + 1)
+            client.replaying.add(name)
             store.seq_at_time(name, pos / 1000.0).addCallbacks(
                 self._found_time, self._replay_failed,
                 callbackArgs=(client, name), errbackArgs=(client, name),
             )  # fmt: skip
 
     def _found_time(self, seq: int, client: Client, name: str) -> None:
+        client.replaying.discard(name)
         if client.state is not State.GONE and name in client.behind:
             client.behind[name] = min(client.behind[name], seq)
             self.resume(client, name)
@@ -201,30 +204,28 @@ class Streams:
         store = self._store
         if store is None:
             return
-        while name in client.behind and name not in client.replaying:
-            if client.state is State.GONE:
-                return
-            wanted = client.behind[name]
-            first = store.first_seq(name)
-            if wanted < first:
-                self._gap(client, name, wanted, first)
-                wanted = client.behind[name] = first
-            if wanted > store.last_seq(name):
-                del client.behind[name]  # caught up: live from here on
-                return
-            if not client.can_take():
-                return
-            reading = store.read_stream(name, wanted, self._replay_batch)
-            box: list[list[StreamRecord]] = []
-            reading.addCallback(box.append)
-            if not box:
-                client.replaying.add(name)
-                reading.addCallback(lambda _: self._read_done(client, name, box[0]))
-                reading.addErrback(self._replay_failed, client, name)
-                return
-            self._deliver_records(client, name, box[0])
+        if name not in client.behind or name in client.replaying or client.state is State.GONE:
+            return
+        wanted = client.behind[name]
+        first = store.first_seq(name)
+        if wanted < first:
+            self._gap(client, name, wanted, first)
+            wanted = client.behind[name] = first
+        if wanted > store.last_seq(name):
+            del client.behind[name]  # caught up: live from here on
+            return
+        if not client.can_take():
+            return
+        # A read served from the journal's in-memory tail fires at once, one
+        # from disk later; either way _read_done continues from there
+        # (nesting at most tail/batch deep).
+        client.replaying.add(name)
+        store.read_stream(name, wanted, self._replay_batch).addCallbacks(
+            self._read_done, self._replay_failed,
+            callbackArgs=(client, name), errbackArgs=(client, name),
+        )  # fmt: skip
 
-    def _read_done(self, client: Client, name: str, records: list[StreamRecord]) -> None:
+    def _read_done(self, records: list[StreamRecord], client: Client, name: str) -> None:
         client.replaying.discard(name)
         if client.state is State.GONE or name not in client.behind:
             return

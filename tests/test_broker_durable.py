@@ -1,0 +1,384 @@
+"""
+Tests for the broker model with a real journal (L{malamute_pack.broker.streaming},
+L{malamute_pack.broker.postal} on L{malamute_pack.journal.Journal}): stream
+sequence numbers, reading from every kind of position, on-demand delivery
+under credit with exact sequence continuity, retention gaps, durable
+mailboxes and queues with STORED and DONE, and recovery after a restart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.broker.broker import BrokerConfig
+from malamute_pack.broker.limits import Limits
+from malamute_pack.journal import JournalConfig, RetentionPolicy
+from malamute_pack.protocol import mlm
+from tests.broker_support import BrokerHarness
+
+W, R, R2, S = b"writer", b"reader", b"reader-2", b"sender"
+
+
+def records(messages: list[mlm.Message]) -> list[tuple[int, str]]:
+    """(sequence, subject) of every STREAM_RECORD in C{messages}."""
+    return [(m.sequence, m.subject) for m in messages if isinstance(m, mlm.StreamRecord)]
+
+
+class DurableTestCase(SynchronousTestCase):
+    """A broker journaling to a fresh SQLite file, restartable."""
+
+    config = BrokerConfig(timeout=60.0)
+    journal_config = JournalConfig(prune_interval_s=3600)
+
+    def setUp(self) -> None:
+        self.path = Path(self.mktemp()) / "journal.sqlite"
+        self.h = self.harness()
+        self.addCleanup(lambda: self.h.close())
+
+    def harness(self) -> BrokerHarness:
+        return BrokerHarness(self.config, self.path, self.journal_config)
+
+    def restart(self) -> None:
+        """Stop the broker, close its journal, start a new one on the same file."""
+        self.h.close()
+        self.h = self.harness()
+
+    def writer(self, stream: str = "s") -> None:
+        self.h.open(W, "writer", version=2)
+        self.assertEqual(self.h.command(W, mlm.StreamWrite(stream)), [mlm.Ok()])
+
+    def write(self, *subjects: str) -> None:
+        for subject in subjects:
+            self.h.send(W, mlm.StreamSend(subject, [subject.encode()]))
+
+
+class StreamSequenceTests(DurableTestCase):
+    def test_recordsCarrySequence(self) -> None:
+        """
+        A version 2 reader gets STREAM_RECORD with sequence numbers 1, 2, 3
+        and the write time; a version 1 reader gets plain STREAM_DELIVER.
+        """
+        self.writer()
+        self.h.open(R, "v2", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.open(R2, "v1")
+        self.h.command(R2, mlm.StreamRead("s", ""))
+        self.h.clock.advance(12.5)
+        self.write("a", "b", "c")
+        got = self.h.take(R)
+        self.assertEqual(records(got), [(1, "a"), (2, "b"), (3, "c")])
+        assert isinstance(got[0], mlm.StreamRecord)
+        self.assertEqual((got[0].timestamp, got[0].content), (12500, [b"a"]))
+        self.assertEqual(
+            [m.subject for m in self.h.take(R2) if isinstance(m, mlm.StreamDeliver)],
+            ["a", "b", "c"],
+        )
+
+    def test_sequenceSurvivesRestart(self) -> None:
+        """Sequence numbers continue after a restart, without a gap or reuse."""
+        self.writer()
+        self.write("a", "b", "c")
+        self.h.settle()
+        self.restart()
+        self.writer()
+        self.write("d", "e")
+        self.h.open(R, "r", version=2)
+        self.assertEqual(
+            records(self.h.command(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))),
+            [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")],
+        )
+
+
+class PositionTests(DurableTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.writer()
+        self.write("a", "b", "c")
+        self.h.clock.advance(10)
+        self.write("d", "e")
+        self.h.open(R, "r", version=2)
+
+    def readFrom(self, whence: int, position: int = 0, pattern: str = "") -> list[mlm.Message]:
+        self.h.send(R, mlm.StreamReadFrom("s", pattern, whence, position))
+        return self.h.take(R)
+
+    def test_earliest(self) -> None:
+        """EARLIEST delivers everything retained, after the OK."""
+        got = self.readFrom(mlm.EARLIEST)
+        self.assertEqual(got[0], mlm.Ok())
+        self.assertEqual([n for n, _ in records(got)], [1, 2, 3, 4, 5])
+
+    def test_sequence(self) -> None:
+        """SEQUENCE delivers from that sequence number on."""
+        self.assertEqual([n for n, _ in records(self.readFrom(mlm.SEQUENCE, 4))], [4, 5])
+
+    def test_time(self) -> None:
+        """TIME delivers from the first message written at or after that time."""
+        self.assertEqual([n for n, _ in records(self.readFrom(mlm.TIME, 10_000))], [4, 5])
+        self.write("f")
+        self.assertEqual(records(self.h.take(R)), [(6, "f")])
+
+    def test_latest(self) -> None:
+        """LATEST delivers only what is written afterwards, as STREAM_READ."""
+        self.assertEqual(self.readFrom(mlm.LATEST), [mlm.Ok()])
+        self.write("f")
+        self.assertEqual(records(self.h.take(R)), [(6, "f")])
+
+    def test_patternApplies(self) -> None:
+        """History is filtered by the reader's pattern like live messages."""
+        self.assertEqual(records(self.readFrom(mlm.EARLIEST, 0, "^[bd]$")), [(2, "b"), (4, "d")])
+
+    def test_historyThenLiveWithoutGap(self) -> None:
+        """
+        Messages written while the history is still being read arrive after
+        it, in order, each once.
+        """
+        self.h.send(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        self.write("f", "g")
+        self.h.settle()
+        self.write("h")
+        self.assertEqual([n for n, _ in records(self.h.take(R))], [1, 2, 3, 4, 5, 6, 7, 8])
+
+    def test_ownMessagesSkipped(self) -> None:
+        """A writer reading its own stream from the start does not get its own messages."""
+        self.h.send(W, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        self.assertEqual(records(self.h.take(W)), [])
+
+    def test_version1Refused(self) -> None:
+        """A version 1 client's STREAM_READ_FROM gets ERROR 500."""
+        self.h.open(R2, "old")
+        [reply] = self.h.command(R2, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        assert isinstance(reply, mlm.Error)
+        self.assertEqual(reply.status_code, mlm.COMMAND_INVALID)
+
+    def test_badWhence(self) -> None:
+        """An unknown whence gets ERROR 300 with the reason."""
+        [reply] = self.readFrom(7)
+        assert isinstance(reply, mlm.Error)
+        self.assertIn("whence", reply.status_reason)
+
+
+class CreditTests(DurableTestCase):
+    def test_outOfCreditCatchesUp(self) -> None:
+        """
+        A reader out of credit misses nothing: with new credit it gets the
+        messages it missed, then live ones, with no gap and no duplicate.
+        """
+        self.writer()
+        self.h.open(R, "r", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.send(R, mlm.Credit(2))
+        self.write(*"abcde")
+        self.assertEqual([n for n, _ in records(self.h.take(R))], [1, 2])
+        self.h.send(R, mlm.Credit(2))
+        self.assertEqual([n for n, _ in records(self.h.take(R))], [3, 4])
+        self.h.send(R, mlm.Credit(100))
+        self.write("f")
+        self.assertEqual([n for n, _ in records(self.h.take(R))], [5, 6])
+        self.write("g")
+        self.assertEqual(records(self.h.take(R)), [(7, "g")])
+
+    def test_version1ReaderCatchesUp(self) -> None:
+        """A version 1 reader that uses credit gets the same on-demand delivery."""
+        self.writer()
+        self.h.open(R, "r")
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.send(R, mlm.Credit(1))
+        self.write(*"abc")
+        self.h.send(R, mlm.Credit(10))
+        subjects = [m.subject for m in self.h.take(R) if isinstance(m, mlm.StreamDeliver)]
+        self.assertEqual(subjects, ["a", "b", "c"])
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.lists(
+            st.tuples(st.integers(0, 12), st.integers(0, 6), st.booleans()),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    def test_sequenceContinuity(self, steps: list[tuple[int, int, bool]]) -> None:
+        """
+        Whatever the interleaving of writes, credit grants and journal
+        commits, the reader never gets more than its credit, and after a
+        final grant it has received every message exactly once, in order.
+        """
+        self.h.close()
+        self.path = Path(self.mktemp()) / "journal.sqlite"
+        self.h = self.harness()
+        self.writer()
+        self.h.open(R, "r", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.send(R, mlm.Credit(0))
+        granted, written, got = 0, 0, []
+        for writes, credit, settle in steps:
+            self.write(*(f"m{written + i}" for i in range(writes)))
+            written += writes
+            if credit:
+                self.h.send(R, mlm.Credit(credit))
+                granted += credit
+            if settle:
+                got += [n for n, _ in records(self.h.take(R))]
+                self.assertLessEqual(len(got), granted)
+        self.h.send(R, mlm.Credit(1000))
+        got += [n for n, _ in records(self.h.take(R))]
+        self.assertEqual(got, list(range(1, written + 1)))
+
+
+class RetentionTests(DurableTestCase):
+    journal_config = JournalConfig(prune_interval_s=3600, retention=RetentionPolicy(max_count=3))
+
+    def test_gapReported(self) -> None:
+        """
+        A reader that fell behind retention gets STREAM_GAP with the first
+        sequence number it wanted and the first still kept, then goes on
+        from there.
+        """
+        self.writer()
+        self.h.open(R, "r", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.send(R, mlm.Credit(1))
+        self.write(*"abcdefghij")
+        self.h.take(R)
+        assert self.h.journal is not None
+        pruned: list[object] = []
+        self.h.journal.prune().addCallback(pruned.append)
+        self.h.clock.run_thread_calls(lambda: bool(pruned))
+        self.h.send(R, mlm.Credit(100))
+        got = self.h.take(R)
+        self.assertEqual(got[0], mlm.StreamGap("s", 2, 8))
+        self.assertEqual([n for n, _ in records(got)], [8, 9, 10])
+        self.assertEqual(self.h.broker.streams.gaps, 1)
+
+
+class DurableLetterTests(DurableTestCase):
+    def test_storedAfterCommit(self) -> None:
+        """
+        A version 2 sender gets STORED for each MAILBOX_SEND, in order, with
+        the letter's id, once the journal has committed it.
+        """
+        self.h.open(S, "tx", version=2)
+        for n in range(3):
+            self.h.send(S, mlm.MailboxSend("rx", f"m{n}", f"t{n}", 0, [b"x"]))
+        self.assertEqual(
+            self.h.take(S),
+            [mlm.Stored(n + 1, f"t{n}", 200, "stored") for n in range(3)],
+        )
+
+    def test_refusalKeepsOrder(self) -> None:
+        """
+        A refusal (a full mailbox) is answered with STORED 300 and no id, in
+        its place after the STORED of the letters before it.
+        """
+        self.config = BrokerConfig(timeout=60.0, limits=Limits(mailbox_max_messages=1))
+        self.h.close()
+        self.h = self.harness()
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.MailboxSend("rx", "a", "ta", 0, []))
+        self.h.send(S, mlm.MailboxSend("rx", "b", "tb", 0, []))
+        self.h.send(S, mlm.MailboxSend("", "c", "tc", 0, []))
+        got = self.h.take(S)
+        self.assertEqual([(m.tracker, m.status_code, m.id) for m in got], [  # type: ignore[attr-defined]
+            ("ta", 200, 1), ("tb", 300, 0), ("tc", 300, 0)
+        ])  # fmt: skip
+        self.assertIn("retry later", got[1].status_reason)  # type: ignore[attr-defined]
+
+    def test_recordUntilDone(self) -> None:
+        """
+        A version 2 recipient gets MAILBOX_RECORD with the id; without DONE
+        the letter comes back when it reconnects; after DONE it is gone,
+        even across a restart, and a tracked sender hears the status.
+        """
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.MailboxSend("rx", "hello", "trk", 0, [b"body"]))
+        self.h.take(S)
+        got = self.h.open(R, "rx", version=2)
+        self.assertEqual(got, [mlm.MailboxRecord(1, "tx", "rx", "hello", "trk", [b"body"])])
+        self.h.command(R, mlm.ConnectionClose())
+        self.assertEqual(self.h.open(R, "rx", version=2), got)
+        self.h.send(R, mlm.Done(1, 200, "processed"))
+        self.assertEqual(self.h.take(S), [mlm.Confirm("trk", 200, "processed")])
+        self.restart()
+        self.assertEqual(self.h.open(R, "rx", version=2), [])
+
+    def test_restartKeepsLetters(self) -> None:
+        """Letters stored for an absent recipient survive a restart, in order, same ids."""
+        self.h.open(S, "tx", version=2)
+        for n in range(3):
+            self.h.send(S, mlm.MailboxSend("rx", f"m{n}", "", 0, []))
+        self.h.take(S)
+        self.restart()
+        got = self.h.open(R, "rx", version=2)
+        self.assertEqual(
+            [(m.id, m.subject) for m in got],  # type: ignore[attr-defined]
+            [(1, "m0"), (2, "m1"), (3, "m2")],
+        )
+
+    def test_version1HandOverRemoves(self) -> None:
+        """A letter handed to a version 1 recipient is gone after a restart."""
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.MailboxSend("rx", "m", "", 0, []))
+        self.assertEqual(len(self.h.open(R, "rx")), 1)
+        self.restart()
+        self.assertEqual(self.h.open(R, "rx"), [])
+
+    def test_serviceRequestRequeuedFromVersion2Worker(self) -> None:
+        """A version 2 worker that closes without DONE gives its request back."""
+        self.h.open(W, "w1", version=2)
+        self.h.command(W, mlm.ServiceOffer("svc", ""))
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.ServiceSend("svc", "job", "", 0, [b"x"]))
+        [request] = [m for m in self.h.take(W) if isinstance(m, mlm.ServiceRecord)]
+        self.h.open(R, "w2", version=2)
+        self.h.command(R, mlm.ServiceOffer("svc", ""))
+        self.h.send(W, mlm.ConnectionClose())
+        [again] = [m for m in self.h.take(R) if isinstance(m, mlm.ServiceRecord)]
+        self.assertEqual((again.id, again.subject), (request.id, "job"))
+
+    def test_confirmedTrackedRequestGone(self) -> None:
+        """A version 1 worker's CONFIRM of a tracked request removes it from the journal."""
+        self.h.open(W, "w1")
+        self.h.command(W, mlm.ServiceOffer("svc", ""))
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.ServiceSend("svc", "job", "trk", 0, []))
+        self.h.take(W)
+        self.h.send(W, mlm.Confirm("trk", 200, ""))
+        self.h.settle()
+        self.restart()
+        self.h.open(W, "w1")
+        self.assertEqual(self.h.command(W, mlm.ServiceOffer("svc", "")), [mlm.Ok()])
+
+    def test_unconfirmedTrackedRequestSurvivesRestart(self) -> None:
+        """A tracked request a worker never confirmed is served again after a restart."""
+        self.h.open(W, "w1")
+        self.h.command(W, mlm.ServiceOffer("svc", ""))
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.ServiceSend("svc", "job", "trk", 0, []))
+        self.h.take(W)
+        self.restart()
+        self.h.open(W, "w1")
+        got = self.h.command(W, mlm.ServiceOffer("svc", ""))
+        self.assertEqual(got[1:], [mlm.ServiceDeliver("tx", "svc", "job", "trk", [])])
+
+
+class NoJournalTests(SynchronousTestCase):
+    def test_positionNeedsJournal(self) -> None:
+        """Without a journal, reading from a position gets ERROR 501."""
+        h = BrokerHarness()
+        h.open(R, "r", version=2)
+        [reply] = h.command(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        assert isinstance(reply, mlm.Error)
+        self.assertEqual(reply.status_code, mlm.NOT_IMPLEMENTED)
+
+    def test_storedAtOnce(self) -> None:
+        """Without a journal a version 2 sender still gets STORED, at once."""
+        h = BrokerHarness()
+        h.open(S, "tx", version=2)
+        self.assertEqual(
+            h.command(S, mlm.MailboxSend("rx", "m", "t", 0, [])),
+            [mlm.Stored(1, "t", 200, "stored")],
+        )
