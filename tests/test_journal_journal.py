@@ -96,6 +96,36 @@ class StreamTests(TestCase):
         self.assertEqual(seqs(records), [1, 2, 3, 4, 5])
 
     @inlineCallbacks
+    def test_crashSkipsNumbering(self) -> Inline:
+        """
+        After a crash (the database left marked as open) sequence numbers
+        and letter ids jump by C{crash_skip}, so none handed out before the
+        crash can come again; after a clean close they go on densely.
+        """
+        path = new_path(self)
+        config = JournalConfig(crash_skip=1000)
+        crashed, _ = open_journal(self, path, config)
+        append(crashed, "a", 3)
+        append(crashed, "empty", 1)
+        crashed.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda error: None)
+        yield crashed.flush()
+        # A second journal opens the file while the first still has it open:
+        # what a restart after kill -9 finds.
+        journal, recovered = open_journal(self, path, config)
+        self.assertTrue(journal.crashed)
+        self.assertEqual(recovered.streams["a"], (1, 1003))
+        self.assertEqual(append(journal, "a", 1), [1004])
+        records = yield journal.read_stream("a", 4, 10)
+        self.assertEqual(seqs(records), [1004])
+        self.assertEqual(journal.first_seq("empty"), 1)
+        record = journal.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda e: None)
+        self.assertEqual(record.id, 1002)
+        yield journal.close()
+        journal, _ = open_journal(self, path, config)
+        self.assertFalse(journal.crashed)
+        self.assertEqual(append(journal, "a", 1), [1005])
+
+    @inlineCallbacks
     def test_unknownStream(self) -> Inline:
         """
         A stream never written has first_seq 1 and last_seq 0, reads empty,
@@ -201,7 +231,11 @@ class GroupCommitTests(TestCase):
         batches: list[BatchOutcome] = []
         prunes: list[PruneOutcome] = []
         writer = JournalWriter(
-            conn, path, config, cast(IReactorFromThreads, reactor).callFromThread, batches.append,
+            conn,
+            path,
+            config,
+            cast(IReactorFromThreads, reactor).callFromThread,
+            batches.append,
             prunes.append,
         )
         writer.start()

@@ -191,22 +191,27 @@ class PostOffice:
             if ack is not None:
                 self.acknowledge(client, ack, letter.id, mlm.SUCCESS, "stored")
             return
-        # Not stored: the sender is told to retry, so the letter must not
-        # also be delivered (if it has not been already).
         self.journal_errors += 1
-        _log.error(
-            "letter {id} to {address!r} not journaled: {error}",
-            id=letter.id,
-            address=letter.address,
-            error=error,
-        )
-        if letter.state is LetterState.QUEUED and letter.queue is not None:
-            letter.queue.remove(letter)
+        _log.error("letter {id} to {address!r} not journaled: {error}",
+                   id=letter.id, address=letter.address, error=error)  # fmt: skip
+        reason = f"journal error: {error.reason}; retry later"
+        if letter.state is LetterState.QUEUED:
+            # Not stored, not delivered: the sender's retry is its only copy.
+            if letter.queue is not None:
+                letter.queue.remove(letter)
             letter.state = LetterState.DONE
+        elif letter.state is LetterState.DONE and not letter.requeue_on_loss:
+            # Already handed to a version 1 recipient and finished: nothing is
+            # left to lose, so it counts as delivered.
+            if ack is not None:
+                self.acknowledge(client, ack, letter.id, mlm.SUCCESS, "delivered, not journaled")
+            return
+        # Else a recipient holds it: the sender still hears of the failure
+        # and may retry, duplicating it (at least once, never lost).
         if ack is not None:
-            self.acknowledge(client, ack, 0, mlm.FAILED, f"journal error: {error}; retry later")
+            self.acknowledge(client, ack, 0, mlm.FAILED, reason)
         else:
-            self._notify_sender(letter, mlm.FAILED, f"journal error: {error}")
+            self._notify_sender(letter, mlm.FAILED, reason)
 
     def expect_ack(self, client: Client, tracker: str) -> PendingAck:
         """Reserve C{client}'s next STORED, so STOREDs go out in send order."""

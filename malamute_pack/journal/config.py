@@ -25,7 +25,8 @@ class JournalConfig:
     Stream records are written with ``stream_synchronous``; mailbox and
     service records with ``queue_synchronous``, and a batch holding both
     uses the stronger. ``prune_chunk_rows`` caps the records one pruning
-    transaction deletes.
+    transaction deletes. ``crash_skip`` is how far sequence numbers and
+    letter ids jump after a crash, past any handed out but never committed.
     """
 
     commit_interval_s: float = 0.005
@@ -36,6 +37,7 @@ class JournalConfig:
     per_stream_retention: Mapping[str, RetentionPolicy] = field(default_factory=dict)
     prune_interval_s: float = 5.0
     prune_chunk_rows: int = 10_000
+    crash_skip: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in ("stream_synchronous", "queue_synchronous"):
@@ -49,6 +51,8 @@ class JournalConfig:
             raise ValueError(f"commit_interval_s must not be negative: {self.commit_interval_s}")
         if self.prune_interval_s <= 0:
             raise ValueError(f"prune_interval_s must be positive: {self.prune_interval_s}")
+        if self.crash_skip < 1:
+            raise ValueError(f"crash_skip must be at least 1: {self.crash_skip}")
         if self.prune_chunk_rows < 1:
             raise ValueError(f"prune_chunk_rows must be at least 1: {self.prune_chunk_rows}")
 

@@ -17,6 +17,7 @@ class JournalError(Exception):
     A journal operation failed. ``__cause__`` holds the original exception;
     ``sqlite_error`` is SQLite's error name (``"SQLITE_FULL"``...) when there
     is one, and ``disk_full`` says whether the disk (or quota) ran out.
+    ``reason`` is a short text for clients: no paths, the cause first.
     """
 
     def __init__(
@@ -25,6 +26,7 @@ class JournalError(Exception):
         super().__init__(message)
         self.sqlite_error = sqlite_error
         self.disk_full = disk_full
+        self.reason = "the broker's disk is full" if disk_full else (sqlite_error or "write failed")
 
     @classmethod
     def wrap(cls, exc: BaseException, path: Path, doing: str) -> JournalError:

@@ -42,7 +42,8 @@ from malamute_pack.journal.records import (
     StreamRecord,
     decode_frames,
 )
-from malamute_pack.journal.schema import QUEUED_LAST_ID, migrate
+from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, migrate
+from malamute_pack.journal.writer import SET_COUNTER
 from malamute_pack.journal.writer import (
     Barrier,
     BatchOutcome,
@@ -112,6 +113,7 @@ class Journal:
         self._tails: dict[str, deque[StreamRecord]] = {}
         self._next_id = 1
         self._pending = 0
+        self.crashed = False
         self._writer: JournalWriter | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_pool: ThreadPool | None = None
@@ -187,6 +189,21 @@ class Journal:
             "SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)
         ).fetchone()
         last_id = max(row[0] if row else 0, queued[-1].id if queued else 0)
+        crashed = conn.execute(
+            "SELECT value FROM journal_counters WHERE name = ?", (RUNNING,)
+        ).fetchone() not in (None, (0,))
+        if crashed:
+            # Numbers handed out before the crash but never committed (live
+            # deliveries, ids of letters being written) must not come again:
+            # jump past them. Readers see the hole; nothing is reused.
+            skip = self._config.crash_skip
+            streams = {
+                stream: (first if first <= last else last + skip + 1, last + skip)
+                for stream, (first, last) in streams.items()
+            }
+            last_id += skip
+        conn.execute(SET_COUNTER, (RUNNING, 1))
+        self.crashed = crashed
         self._next_seq = {stream: last + 1 for stream, (_, last) in streams.items()}
         self._first_seq = {stream: first for stream, (first, _) in streams.items()}
         self._next_id = last_id + 1

@@ -67,8 +67,7 @@ def prune_step(
     """
     step = PruneStep()
     streams = conn.execute(
-        "SELECT stream, message_count, total_bytes FROM streams WHERE stream >= ? "
-        "ORDER BY stream",
+        "SELECT stream, message_count, total_bytes FROM streams WHERE stream >= ? ORDER BY stream",
         (resume_from,),
     ).fetchall()
     for stream, count, total in streams:

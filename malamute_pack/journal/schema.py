@@ -16,7 +16,8 @@ Tables:
   (survives pruning everything, so numbers are never reused) and the count
   and bytes retained, kept in step by the writer in the same transactions.
 - ``queued_messages``: mailbox and service-queue messages until confirmed.
-- ``journal_counters``: named high-water marks (``queued_last_id``).
+- ``journal_counters``: named high-water marks (``queued_last_id``) and the
+  ``running`` flag that tells a crash from a clean close.
 
 Tests: ``tests/test_journal_schema.py``.
 """
@@ -30,6 +31,9 @@ from typing import Final
 from sqlite_utils import Database
 
 QUEUED_LAST_ID: Final = "queued_last_id"
+# 1 while a journal has the database open, 0 after a clean close: finding 1
+# at open means the last run crashed.
+RUNNING: Final = "running"
 
 Migration = Callable[[Database], None]
 

@@ -31,8 +31,10 @@ class JournalService(Service):
     def startService(self) -> None:
         found = self.journal.open()
         _log.info(
-            "journal {path}: {streams} streams, {letters} letters waiting",
+            "journal {path}: {streams} streams, {letters} letters waiting{crash}",
             path=str(self.journal.path), streams=len(found.streams), letters=len(found.queued),
+            crash=" (the last run crashed: numbering jumps past what it may have used)"
+            if self.journal.crashed else "",
         )  # fmt: skip
         self._recovered(found)
         super().startService()

@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 
+from twisted.logger import Logger
+
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.records import QueuedRecord, StreamRecord, encode_frames
 from malamute_pack.journal.retention import PruneStep, prune_step
-from malamute_pack.journal.schema import QUEUED_LAST_ID
+from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
 
 DurableCallback: TypeAlias = Callable[[JournalError | None], None]
 
@@ -59,6 +61,10 @@ _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
 _UPSERT_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
+)
+SET_COUNTER: Final = (
+    "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
 
 
@@ -102,6 +108,8 @@ class Stop:
 # A StreamRecord is queued as itself: the hot path allocates nothing more.
 WriteOp: TypeAlias = StreamRecord | QueuedStore | QueuedRemove
 Operation: TypeAlias = WriteOp | Prune | Barrier | Stop
+
+_log = Logger()
 
 
 @dataclass(slots=True)
@@ -222,6 +230,10 @@ class JournalWriter:
             job = self._prune_jobs.popleft()
             outcome = PruneOutcome(job.deleted, job.first_seq, finished=True)
             self._call_from_thread(job.request.done, outcome)
+        try:
+            self._conn.execute(SET_COUNTER, (RUNNING, 0))  # a clean close
+        except sqlite3.Error as e:
+            _log.warn("could not mark the journal closed cleanly: {error}", error=e)
         self._conn.close()
         self._call_from_thread(op.done)
         return True
