@@ -51,6 +51,7 @@ class ThreadedClock(Clock):
         """Run thread callbacks until C{idle()} holds and none are waiting."""
         deadline = time.monotonic() + timeout
         while True:
+            self.advance(0)  # the journal hands writes to its thread on the next turn
             try:
                 f, args = self._calls.get(timeout=0.005)
             except queue.Empty:

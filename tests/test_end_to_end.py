@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import zmq
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.protocol import mlm
@@ -35,16 +36,21 @@ class BrokerTestCase(TestCase):
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.peers: list[Peer] = []
         self.start()
+        self.addCleanup(lambda: Deferred.fromCoroutine(self._stopEverything()))
 
     def start(self, settings: Settings | None = None) -> None:
         self.service, self.router = start_broker(settings or self.settings(), self.context)
         self.address = self.router.bound[0]
 
-    def tearDown(self) -> None:
+    async def _stopEverything(self) -> None:
         for peer in self.peers:
             peer.close()
-        self.service.stopService()
+        await self.stop()
         self.context.term()
+
+    async def stop(self) -> None:
+        """Stop the broker and wait for its journal to close."""
+        await self.service.stopService()
 
     def peer(self, plain: tuple[str, str] | None = None) -> Peer:
         peer = Peer(self.context, self.address, plain)
@@ -177,11 +183,11 @@ class RecoveryTests(BrokerTestCase):
         and its mailbox works again.
         """
         self.timeout_ms = 10_000
-        self.service.stopService()
+        await self.stop()
         endpoint = ipc_endpoint()
         self.start(Settings(endpoints=(endpoint,), data_dir=Path(self.mktemp())))
         peer = await self.opened("client")
-        self.service.stopService()
+        await self.stop()
         self.start(Settings(endpoints=(endpoint,), data_dir=Path(self.mktemp())))
         reply = await peer.command(mlm.ConnectionPing())
         assert isinstance(reply, mlm.Error)

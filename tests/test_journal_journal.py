@@ -28,6 +28,7 @@ from malamute_pack.journal import (
     Recovered,
     StreamRecord,
 )
+from malamute_pack.journal.records import StreamRow, stream_row
 from malamute_pack.journal.schema import migrate
 from malamute_pack.journal.writer import (
     Barrier,
@@ -245,8 +246,8 @@ class GroupCommitTests(TestCase):
             writer.submit(Barrier(lambda: done.callback(None)))
             return done
 
-        def stream_record(seq: int) -> StreamRecord:
-            return StreamRecord("s", seq, 1.0, "a", "b", ())
+        def stream_record(seq: int) -> StreamRow:
+            return stream_row("s", seq, 1.0, "a", "b", ())
 
         def queued_store(rid: int) -> QueuedStore:
             record = QueuedRecord(rid, "mailbox", "m", "a", "b", "t", None, 1.0, ())

@@ -40,11 +40,14 @@ from malamute_pack.journal.records import (
     QUEUED_KINDS,
     QueuedRecord,
     StreamRecord,
+    StreamRow,
     decode_frames,
+    row_record,
+    stream_row,
 )
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, migrate
-from malamute_pack.journal.writer import SET_COUNTER
 from malamute_pack.journal.writer import (
+    SET_COUNTER,
     Barrier,
     BatchOutcome,
     DurableCallback,
@@ -54,6 +57,7 @@ from malamute_pack.journal.writer import (
     QueuedRemove,
     QueuedStore,
     Stop,
+    WriteOp,
 )
 
 _log = Logger()
@@ -110,9 +114,13 @@ class Journal:
         self.on_error: Callable[[JournalError], None] | None = None
         self._next_seq: dict[str, int] = {}
         self._first_seq: dict[str, int] = {}
-        self._tails: dict[str, deque[StreamRecord]] = {}
+        self._tails: dict[str, deque[StreamRow]] = {}
         self._next_id = 1
         self._pending = 0
+        # Operations not yet handed to the writer (see _hand_over).
+        self._outbox: list[WriteOp] = []
+        self._outbox_stores: dict[int, QueuedStore] = {}
+        self._hand_over_scheduled = False
         self.crashed = False
         self._writer: JournalWriter | None = None
         self._reader: sqlite3.Connection | None = None
@@ -211,6 +219,7 @@ class Journal:
 
     def close(self) -> Deferred[None]:
         """Write everything queued, then stop the threads and close the database."""
+        self._hand_over()
         writer, self._writer = self._writer, None
         if writer is None:
             return succeed(None)
@@ -252,12 +261,12 @@ class Journal:
         self._next_seq[stream] = seq + 1
         if stream not in self._first_seq:
             self._first_seq[stream] = seq
-        record = StreamRecord(stream, seq, timestamp, sender, subject, tuple(content))
+        row = stream_row(stream, seq, timestamp, sender, subject, content)
         tail = self._tails.get(stream)
         if tail is None:
             tail = self._tails[stream] = deque()
-        tail.append(record)
-        writer.submit(record)
+        tail.append(row)
+        self._submit(writer, row)
         return seq
 
     def first_seq(self, stream: str) -> int:
@@ -277,20 +286,20 @@ class Journal:
         if limit <= 0:
             return succeed([])
         tail = self._tails.get(stream)
-        if tail and from_seq >= tail[0].seq:
+        if tail and from_seq >= tail[0][1]:
             # All of it is still in memory: no thread, no disk.
-            start = from_seq - tail[0].seq
-            return succeed(list(islice(tail, start, start + limit)))
+            start = from_seq - tail[0][1]
+            return succeed([row_record(row) for row in islice(tail, start, start + limit)])
         # Committed records leave the tail only after their commit, so what
         # is not in this snapshot the reader's later read transaction sees.
-        snapshot = list(islice(tail, 0, limit)) if tail else []
+        snapshot = [row_record(row) for row in islice(tail, 0, limit)] if tail else []
         reading = self._read(self._select_stream, stream, from_seq, limit)
         return reading.addCallback(_merge_tail, snapshot, from_seq, limit)
 
     def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
         """The first seq of ``stream`` with timestamp >= ``t`` (last_seq + 1 if none)."""
         tail = self._tails.get(stream, ())
-        in_tail = next((r.seq for r in tail if r.timestamp >= t), None)
+        in_tail = next((row[1] for row in tail if row[2] >= t), None)
         after_last = self.last_seq(stream) + 1
 
         def choose(committed: int | None) -> int:
@@ -366,21 +375,53 @@ class Journal:
             tuple(content),
         )
         self._next_id += 1
-        writer.submit(QueuedStore(record, on_durable))
+        store = QueuedStore(record, on_durable)
+        self._outbox_stores[record.id] = store
+        self._submit(writer, store)
         return record
 
     def remove_queued(self, record_id: int) -> None:
         """Delete a queued record (its recipient confirmed it), in the next batch."""
         writer = self._open_writer()
+        store = self._outbox_stores.pop(record_id, None)
+        if store is not None:
+            # Stored and done with in the same reactor turn (a letter handed
+            # straight to its recipient): neither need touch the disk.
+            store.cancelled = True
+            self._pending -= 1
+            return
         self._pending += 1
-        writer.submit(QueuedRemove(record_id))
+        self._submit(writer, QueuedRemove(record_id))
+
+    def _submit(self, writer: JournalWriter, op: WriteOp) -> None:
+        """Queue C{op}; the writer gets a reactor turn's operations at once."""
+        self._outbox.append(op)
+        if not self._hand_over_scheduled:
+            self._hand_over_scheduled = True
+            self._reactor.callLater(0, self._hand_over)
+
+    def _hand_over(self) -> None:
+        """Give the writer everything queued since the last hand-over, in order."""
+        self._hand_over_scheduled = False
+        ops, self._outbox = self._outbox, []
+        self._outbox_stores.clear()
+        kept: list[WriteOp] = []
+        for op in ops:
+            if type(op) is QueuedStore and op.cancelled:
+                op.on_durable(None)
+            else:
+                kept.append(op)
+        if kept and self._writer is not None:
+            self._writer.submit(kept)
 
     # Flushing and retention.
 
     def flush(self) -> Deferred[None]:
         """Fires once everything queued so far has been written (or has failed)."""
         flushed: Deferred[None] = Deferred()
-        self._open_writer().submit(Barrier(lambda: flushed.callback(None)))
+        writer = self._open_writer()
+        self._hand_over()
+        writer.submit(Barrier(lambda: flushed.callback(None)))
         return flushed
 
     def prune(self, now: float | None = None) -> Deferred[int]:
@@ -399,7 +440,9 @@ class Journal:
                 pruned.callback(outcome.deleted)
 
         at = self._clock.seconds() if now is None else now
-        self._open_writer().submit(Prune(at, done))
+        writer = self._open_writer()
+        self._hand_over()
+        writer.submit(Prune(at, done))
         return pruned
 
     def _prune_tick(self) -> None:
@@ -421,7 +464,7 @@ class Journal:
         self._pending -= outcome.operations
         for stream, last in outcome.stream_last.items():
             tail = self._tails.get(stream)
-            while tail and tail[0].seq <= last:
+            while tail and tail[0][1] <= last:
                 tail.popleft()
             if not tail:
                 self._tails.pop(stream, None)

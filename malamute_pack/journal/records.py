@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
 
@@ -52,8 +52,28 @@ class QueuedRecord:
     content: tuple[bytes, ...]
 
 
+# A stream message as the writer inserts it, built once in the reactor thread
+# so the writer thread does no per-message Python work beyond binding it:
+# (stream, seq, timestamp, sender, subject, content BLOB, BLOB size).
+StreamRow: TypeAlias = tuple[str, int, float, str, str, bytes, int]
+
+
+def stream_row(
+    stream: str, seq: int, timestamp: float, sender: str, subject: str, content: Sequence[bytes]
+) -> StreamRow:
+    blob = encode_frames(content)
+    return (stream, seq, timestamp, sender, subject, blob, len(blob))
+
+
+def row_record(row: StreamRow) -> StreamRecord:
+    """The L{StreamRecord} a L{StreamRow} stands for."""
+    return StreamRecord(row[0], row[1], row[2], row[3], row[4], decode_frames(row[5]))
+
+
 def encode_frames(frames: Sequence[bytes]) -> bytes:
     """The BLOB for ``frames``: each frame length-prefixed, concatenated."""
+    if len(frames) == 1 and len(frames[0]) <= _MAX_FRAME:
+        return _LENGTH.pack(len(frames[0])) + frames[0]
     parts: list[bytes] = []
     pack = _LENGTH.pack
     for frame in frames:

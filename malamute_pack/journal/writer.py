@@ -36,7 +36,7 @@ from twisted.logger import Logger
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError
-from malamute_pack.journal.records import QueuedRecord, StreamRecord, encode_frames
+from malamute_pack.journal.records import QueuedRecord, StreamRow, encode_frames
 from malamute_pack.journal.retention import PruneStep, prune_step
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
 
@@ -74,6 +74,7 @@ class QueuedStore:
 
     record: QueuedRecord
     on_durable: DurableCallback
+    cancelled: bool = False  # removed before it reached the writer
 
 
 @dataclass(slots=True)
@@ -105,9 +106,11 @@ class Stop:
     done: Callable[[], None]
 
 
-# A StreamRecord is queued as itself: the hot path allocates nothing more.
-WriteOp: TypeAlias = StreamRecord | QueuedStore | QueuedRemove
+# A stream message is queued as the row the writer inserts (records.StreamRow).
+WriteOp: TypeAlias = StreamRow | QueuedStore | QueuedRemove
 Operation: TypeAlias = WriteOp | Prune | Barrier | Stop
+# What the writer's queue carries: one operation, or a reactor turn's writes.
+Submission: TypeAlias = Operation | list[WriteOp]
 
 _log = Logger()
 
@@ -165,8 +168,9 @@ class JournalWriter:
         self._call_from_thread = call_from_thread
         self._on_batch = on_batch
         self._on_prune = on_prune
-        self._queue: queue.SimpleQueue[Operation] = queue.SimpleQueue()
-        self.submit: Callable[[Operation], None] = self._queue.put
+        self._queue: queue.SimpleQueue[Submission] = queue.SimpleQueue()
+        self.submit: Callable[[Submission], None] = self._queue.put
+        self._backlog: deque[WriteOp] = deque()
         self._stream_level = SYNCHRONOUS_LEVELS.index(config.stream_synchronous)
         self._queue_level = SYNCHRONOUS_LEVELS.index(config.queue_synchronous)
         self._synchronous: int | None = None
@@ -183,8 +187,19 @@ class JournalWriter:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def _get(self, block: bool = True, timeout: float | None = None) -> Operation:
+        """The next operation: lists handed over at once are taken one by one."""
+        backlog = self._backlog
+        if backlog:
+            return backlog.popleft()
+        item = self._queue.get(block, timeout)
+        if isinstance(item, list):
+            backlog.extend(item)
+            return backlog.popleft()
+        return item
+
     def _run(self) -> None:
-        get = self._queue.get
+        get = self._get
         interval = self._config.commit_interval_s
         max_batch = self._config.commit_max_batch
         while True:
@@ -253,7 +268,7 @@ class JournalWriter:
 
     def _commit(self, batch: list[WriteOp]) -> BatchOutcome:
         """Write ``batch`` in one transaction; raises if anything fails."""
-        stream_rows: list[tuple[str, int, float, str, str, bytes, int]] = []
+        stream_rows: list[StreamRow] = []
         stream_stats: dict[str, list[int]] = {}  # stream -> [last seq, count, bytes]
         queued_rows: list[tuple[Any, ...]] = []
         removed: list[tuple[int]] = []
@@ -261,17 +276,14 @@ class JournalWriter:
         level = -1
         written_bytes = 0
         for op in batch:
-            if type(op) is StreamRecord:
-                blob = encode_frames(op.content)
-                size = len(blob)
-                stream_rows.append(
-                    (op.stream, op.seq, op.timestamp, op.sender, op.subject, blob, size)
-                )
-                stats = stream_stats.get(op.stream)
+            if type(op) is tuple:
+                stream_rows.append(op)
+                size = op[6]
+                stats = stream_stats.get(op[0])
                 if stats is None:
-                    stream_stats[op.stream] = [op.seq, 1, size]
+                    stream_stats[op[0]] = [op[1], 1, size]
                 else:
-                    stats[0] = op.seq
+                    stats[0] = op[1]
                     stats[1] += 1
                     stats[2] += size
                 written_bytes += size
@@ -328,8 +340,8 @@ class JournalWriter:
         stream_last: dict[str, int] = {}
         callbacks: list[DurableCallback] = []
         for op in batch:
-            if type(op) is StreamRecord:
-                stream_last[op.stream] = op.seq
+            if type(op) is tuple:
+                stream_last[op[0]] = op[1]
             elif type(op) is QueuedStore:
                 callbacks.append(op.on_durable)
                 self._unsaved_queued_last = max(self._unsaved_queued_last, op.record.id)
