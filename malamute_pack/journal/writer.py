@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 
@@ -46,6 +47,33 @@ _INSERT_STREAM: Final = (
     "INSERT INTO stream_messages (stream, seq, ts, sender, subject, content, bytes) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+# Rows per multi-row INSERT: SQLite inserts them in one step, so the GIL is
+# released once per chunk, not once per message (per-row release makes the
+# writer and the reactor hand the GIL back and forth for every message).
+_ROWS_PER_INSERT: Final = 128
+
+
+def _chunked(single: str) -> str:
+    """C{single}, an INSERT of one row, made to insert L{_ROWS_PER_INSERT} rows."""
+    head, values = single.split(" VALUES ")
+    return head + " VALUES " + ", ".join([values] * _ROWS_PER_INSERT)
+
+
+def _insert_all(conn: sqlite3.Connection, single: str, rows: list[tuple[Any, ...]]) -> None:
+    """Insert C{rows} with C{single}, a chunk of rows per statement."""
+    whole = len(rows) - len(rows) % _ROWS_PER_INSERT
+    if whole:
+        conn.executemany(
+            _CHUNKED[single],
+            (
+                tuple(chain.from_iterable(rows[i : i + _ROWS_PER_INSERT]))
+                for i in range(0, whole, _ROWS_PER_INSERT)
+            ),
+        )
+    if whole < len(rows):
+        conn.executemany(single, rows[whole:])
+
+
 _UPSERT_STREAM_STATS: Final = (
     "INSERT INTO streams (stream, last_seq, message_count, total_bytes) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (stream) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq), "
@@ -58,6 +86,7 @@ _INSERT_QUEUED: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
+_CHUNKED: Final = {single: _chunked(single) for single in (_INSERT_STREAM, _INSERT_QUEUED)}
 _UPSERT_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
@@ -314,11 +343,11 @@ class JournalWriter:
         self._set_synchronous(level)
         conn.execute("BEGIN")
         if stream_rows:
-            conn.executemany(_INSERT_STREAM, stream_rows)
+            _insert_all(conn, _INSERT_STREAM, stream_rows)
         if stats_rows:
             conn.executemany(_UPSERT_STREAM_STATS, stats_rows)
         if queued_rows:
-            conn.executemany(_INSERT_QUEUED, queued_rows)
+            _insert_all(conn, _INSERT_QUEUED, queued_rows)
         if self._unsaved_queued_last:
             conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
         if removed:
