@@ -14,7 +14,8 @@ L{Limits} with dashes (``malamute/limits/max-clients = 500``), and the
 journal's: ``malamute/journal/enabled`` (1 or 0),
 ``malamute/journal/commit-interval`` (ms), ``malamute/journal/commit-batch``,
 ``malamute/journal/stream-synchronous`` and ``.../queue-synchronous``
-(OFF, NORMAL, FULL, EXTRA), ``malamute/journal/prune-interval`` (s), and
+(OFF, NORMAL, FULL, EXTRA), ``malamute/journal/prune-interval`` (s),
+``malamute/journal/crash-skip``, and
 retention ``malamute/journal/retention/max-count``, ``.../max-age`` (s),
 ``.../max-bytes``, also per stream under
 ``malamute/journal/streams/<stream>/max-count`` (and so on).
@@ -136,6 +137,7 @@ def _journal_config(config: dict[str, list[str]], base: JournalConfig) -> Journa
         "commit-interval": ("commit_interval_s", 1000.0),
         "commit-batch": ("commit_max_batch", 0.0),
         "prune-interval": ("prune_interval_s", 1.0),
+        "crash-skip": ("crash_skip", 0.0),
     }
     for key, (name, per_second) in numbers.items():
         values = config.get(f"{prefix}/{key}")

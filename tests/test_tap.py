@@ -81,6 +81,29 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(settings.limits.max_clients, 7)
         self.assertEqual(settings.data_dir, Path("/var/lib/m"))
 
+    def test_journalKeys(self) -> None:
+        """
+        The journal's keys set commit, synchronous levels, retention (also
+        per stream) and crash skip; --no-journal turns it off.
+        """
+        config = Path(self.mktemp())
+        config.write_text(
+            "malamute\n    journal\n        commit-interval = 20\n        commit-batch = 50\n"
+            "        stream-synchronous = off\n        crash-skip = 99\n"
+            "        retention\n            max-count = 10\n            max-age = 60\n"
+            "        streams\n            audit\n                max-bytes = 4096\n"
+        )
+        settings = parse("--config", str(config))
+        journal = settings.journal_config
+        self.assertEqual((journal.commit_interval_s, journal.commit_max_batch), (0.02, 50))
+        self.assertEqual((journal.stream_synchronous, journal.crash_skip), ("OFF", 99))
+        self.assertEqual((journal.retention.max_count, journal.retention.max_age_s), (10, 60.0))
+        audit = journal.per_stream_retention["audit"]
+        self.assertEqual((audit.max_count, audit.max_bytes), (10, 4096))
+        self.assertTrue(settings.journal)
+        self.assertFalse(parse("--no-journal").journal)
+        self.assertEqual(settings.journal_path, Path("malamute-data/journal.sqlite"))
+
     def test_badSettings(self) -> None:
         """Inconsistent or unknown settings are usage errors that say why."""
         config = Path(self.mktemp())
@@ -89,6 +112,7 @@ class OptionsTests(SynchronousTestCase):
             ("mlm_server\n    security\n        mechanism = plain\n", "password file"),
             ("malamute\n    limits\n        max-bogus = 1\n", "unknown limit"),
             ("server\n    timeout = soon\n", "not a whole number"),
+            ("malamute\n    journal\n        queue-synchronous = sometimes\n", "synchronous"),
         ]:
             config.write_text(text)
             with self.assertRaises(usage.UsageError) as ctx:
