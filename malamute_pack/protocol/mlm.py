@@ -124,8 +124,9 @@ class StreamDeliver(Message):
 
 
 @dataclass(slots=True)
-class MailboxSend(Message):
-    ID: ClassVar[int] = 9
+class _Send(Message):
+    """What MAILBOX_SEND and SERVICE_SEND share."""
+
     LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
         ("address", _STRING),
         ("subject", _STRING),
@@ -141,8 +142,14 @@ class MailboxSend(Message):
 
 
 @dataclass(slots=True)
-class MailboxDeliver(Message):
-    ID: ClassVar[int] = 10
+class MailboxSend(_Send):
+    ID: ClassVar[int] = 9
+
+
+@dataclass(slots=True)
+class _Deliver(Message):
+    """What MAILBOX_DELIVER and SERVICE_DELIVER share."""
+
     LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
         ("sender", _STRING),
         ("address", _STRING),
@@ -158,15 +165,13 @@ class MailboxDeliver(Message):
 
 
 @dataclass(slots=True)
-class ServiceSend(Message):
+class MailboxDeliver(_Deliver):
+    ID: ClassVar[int] = 10
+
+
+@dataclass(slots=True)
+class ServiceSend(_Send):
     ID: ClassVar[int] = 11
-    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = MailboxSend.LAYOUT
-    HAS_CONTENT: ClassVar[bool] = True
-    address: str = ""
-    subject: str = ""
-    tracker: str = ""
-    timeout: int = 0
-    content: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -178,15 +183,8 @@ class ServiceOffer(Message):
 
 
 @dataclass(slots=True)
-class ServiceDeliver(Message):
+class ServiceDeliver(_Deliver):
     ID: ClassVar[int] = 13
-    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = MailboxDeliver.LAYOUT
-    HAS_CONTENT: ClassVar[bool] = True
-    sender: str = ""
-    address: str = ""
-    subject: str = ""
-    tracker: str = ""
-    content: list[bytes] = field(default_factory=list)
 
 
 _STATUS: Final = (("status_code", _NUMBER2), ("status_reason", _STRING))
@@ -297,33 +295,28 @@ class Stored(Message):
     status_reason: str = ""
 
 
-_RECORD_LAYOUT: Final = (("id", _NUMBER8), *MailboxDeliver.LAYOUT)
+@dataclass(slots=True)
+class _Record(Message):
+    """What MAILBOX_RECORD and SERVICE_RECORD share: a delivery plus its id."""
+
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (("id", _NUMBER8), *_Deliver.LAYOUT)
+    HAS_CONTENT: ClassVar[bool] = True
+    id: int = 0
+    sender: str = ""
+    address: str = ""
+    subject: str = ""
+    tracker: str = ""
+    content: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
-class MailboxRecord(Message):
+class MailboxRecord(_Record):
     ID: ClassVar[int] = 23
-    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = _RECORD_LAYOUT
-    HAS_CONTENT: ClassVar[bool] = True
-    id: int = 0
-    sender: str = ""
-    address: str = ""
-    subject: str = ""
-    tracker: str = ""
-    content: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
-class ServiceRecord(Message):
+class ServiceRecord(_Record):
     ID: ClassVar[int] = 24
-    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = _RECORD_LAYOUT
-    HAS_CONTENT: ClassVar[bool] = True
-    id: int = 0
-    sender: str = ""
-    address: str = ""
-    subject: str = ""
-    tracker: str = ""
-    content: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
