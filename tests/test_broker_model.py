@@ -515,6 +515,18 @@ class LimitTests(SynchronousTestCase):
         assert isinstance(confirm, mlm.Confirm)
         self.assertIn("subject", confirm.status_reason)
 
+    def test_longStreamSubjectDropped(self) -> None:
+        """A stream subject over the configured length is dropped and counted."""
+        h = BrokerHarness(BrokerConfig(limits=Limits(max_subject=4)))
+        h.open(A, "a")
+        h.command(A, mlm.StreamWrite("s"))
+        h.open(B, "b")
+        h.command(B, mlm.StreamRead("s", ""))
+        h.send(A, mlm.StreamSend("short", []))
+        h.send(A, mlm.StreamSend("ok", []))
+        self.assertEqual([s for s, _ in deliveries(h.take(B))], ["ok"])
+        self.assertEqual(h.broker.counters.by_reason, {"invalid subject": 1})
+
     def test_limitsValidated(self) -> None:
         """A limit that is not a positive integer, or over the wire's 255, is refused."""
         self.assertRaises(ValueError, Limits, max_clients=0)

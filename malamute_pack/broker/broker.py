@@ -98,7 +98,9 @@ class Broker:
         self.clients: dict[bytes, Client] = {}
         self.addresses: dict[str, Client] = {}
         self.counters = BrokerCounters()
-        self.streams = Streams(sink, clock, store, config.match_cache, config.replay_batch)
+        self.streams = Streams(
+            sink, clock, store, config.match_cache, config.replay_batch, config.limits.max_subject
+        )
         self.post = PostOffice(
             sink, clock, store, config.limits, config.match_cache, self.addresses, self.clients
         )

@@ -60,8 +60,10 @@ class Streams:
         store: Store | None,
         match_cache: int,
         replay_batch: int,
+        max_subject: int = 255,
     ) -> None:
         self._sink = sink
+        self._max_subject = max_subject
         self._clock = clock
         self._store = store
         self._match_cache = match_cache
@@ -112,6 +114,9 @@ class Streams:
         stream = client.writer
         if stream is None:
             raise Refused("no stream: send STREAM_WRITE before STREAM_SEND")
+        subject = mlm.encode_string(message.subject)
+        if len(subject) > self._max_subject + 1:
+            raise Refused(f"invalid subject: longer than {self._max_subject} bytes")
         now = self._clock.seconds()
         name = stream.name
         if self._store is not None:
@@ -125,7 +130,6 @@ class Streams:
         readers = stream.readers.match(message.subject)
         if not readers:
             return
-        subject = mlm.encode_string(message.subject)
         v1: list[bytes] | None = None
         v2: list[bytes] | None = None
         send = self._sink.send
