@@ -26,8 +26,21 @@ from zope.interface import implementer
 # costs more than the send itself; the backend's send with int flags does not.
 # Only the first frame can fail with EAGAIN: ZeroMQ queues whole messages.
 _send = zmq.backend.Socket.send
+_recv = zmq.backend.Socket.recv
+_get = zmq.backend.Socket.get
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+
+
+def _recv_multipart(sock: zmq.Socket[bytes]) -> list[bytes]:
+    """One whole message without blocking (zmq.Again if none waits)."""
+    frames: list[bytes] = [_recv(sock, _NOBLOCK)]
+    while _get(sock, _RCVMORE):
+        frames.append(_recv(sock, _NOBLOCK))  # the rest of a message is always there
+    return frames
 
 # One delivery to the owner: a list of multipart messages.
 Batch = list[list[bytes]]
@@ -79,15 +92,15 @@ class ZmqSocket:
         if self._closed:
             return
         self._reading = True
-        recv = self.socket.recv_multipart
+        sock = self.socket
         try:
             for _ in range(self._batchesPerTurn):
-                if not cast(int, self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                if not cast(int, _get(sock, _EVENTS)) & _POLLIN:
                     return
                 batch: Batch = []
                 try:
                     for _ in range(self._batchSize):
-                        batch.append(recv(zmq.NOBLOCK))
+                        batch.append(_recv_multipart(sock))
                 except zmq.Again:
                     pass
                 if batch:
