@@ -8,7 +8,9 @@ the repository root::
         [--timeout 5] [TEXT]
 
 The requester needs an address (the worker replies to its mailbox); it uses
-``echo-requester-<pid>``. Exits 1 if no reply comes within the timeout.
+``echo-requester-<pid>``. It prints the id the broker stored the request
+under (protocol version 2: the send returns once the request is on disk),
+then the reply. Exits 1 if no reply comes within the timeout.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("text", nargs="?", default="hello")
     args = parser.parse_args(argv)
     with BlockingClient(args.endpoint, f"echo-requester-{os.getpid()}") as client:
-        client.sendfor("echo", "echo", [args.text.encode()], timeout_ms=int(args.timeout * 1000))
+        request_id = client.sendfor(
+            "echo", "echo", [args.text.encode()], timeout_ms=int(args.timeout * 1000)
+        )
+        print(f"request stored as {request_id}", flush=True)
         reply = client.recv(timeout=args.timeout)
     if reply is None:
         print(f"no reply within {args.timeout}s", file=sys.stderr)

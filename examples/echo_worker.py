@@ -30,8 +30,12 @@ async def serve(reactor: Any, args: argparse.Namespace) -> None:
         request = await client.recv()
         if request.command != "SERVICE_DELIVER":
             continue
-        # The reply goes to the requester's mailbox (its address is the sender).
-        client.sendto(request.sender, request.subject, request.content, tracker=request.tracker)
+        # The reply goes to the requester's mailbox (its address is the sender);
+        # with protocol version 2 we wait until the broker has stored it.
+        stored = client.sendto(request.sender, request.subject, request.content,
+                               tracker=request.tracker)
+        if stored is not None:
+            await stored
         if request.tracker:
             client.confirm(request.tracker)  # a tracked request is done once answered
         served += 1

@@ -23,14 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(argv)
     with BlockingClient(args.endpoint, "alice") as alice:
-        alice.sendto("bob", "greeting", [b"Hello Bob!"], tracker="letter-1")
-        print("alice: wrote to bob, who is not connected yet")
+        letter_id = alice.sendto("bob", "greeting", [b"Hello Bob!"], tracker="letter-1")
+        print(f"alice: wrote to bob, who is not connected yet (stored as {letter_id})")
         with BlockingClient(args.endpoint, "bob") as bob:
             letter = bob.recv(timeout=args.timeout)
             if letter is None:
                 print("bob: no letter arrived", file=sys.stderr)
                 return 1
             print(f"bob: got {letter.subject!r} from {letter.sender}: {letter.content[0]!r}")
+            # A tracked letter: the confirmation also tells the broker bob is done with it.
             bob.confirm(letter.tracker, 200, "read")
             bob.sendto(letter.sender, "re: " + letter.subject, [b"Hello Alice!"])
         confirmation = alice.recv_confirm(timeout=args.timeout)

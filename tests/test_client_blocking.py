@@ -16,6 +16,7 @@ from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.core import ClientState
 from malamute_pack.client.errors import ClientClosedError, MalamuteError
 from malamute_pack.client.events import Delivery
+from malamute_pack.protocol import mlm
 from tests.e2e_support import tcp_endpoint
 from tests.support import skip_slow
 
@@ -62,16 +63,20 @@ class BlockingClientTests(SynchronousTestCase):
         self.broker = BrokerProcess(Path(self.mktemp()), timeout_ms=600)
         self.addCleanup(self.broker.stop)
 
-    def client(self, address: str = "") -> BlockingClient:
+    def client(self, address: str = "", version: int = 2) -> BlockingClient:
         # The first connect waits for the broker process to bind.
-        client = BlockingClient(self.broker.endpoint, address, timeout=10.0, heartbeat=0.1)
+        client = BlockingClient(self.broker.endpoint, address, timeout=10.0, heartbeat=0.1,
+                                version=version)
         self.addCleanup(client.close)
         return client
 
     def test_requestReply(self) -> None:
-        """A service request reaches the worker and its reply reaches the requester."""
-        worker = self.client("worker")
-        requester = self.client("requester")
+        """
+        A service request reaches the worker and its reply reaches the
+        requester (version 1: SERVICE_DELIVER and MAILBOX_DELIVER).
+        """
+        worker = self.client("worker", version=1)
+        requester = self.client("requester", version=1)
         worker.set_worker("echo", "")
         requester.sendfor("echo", "ping", [b"payload"])
         request = worker.recv(timeout=5)
@@ -140,3 +145,34 @@ class BlockingClientTests(SynchronousTestCase):
             client.set_producer("s")
         self.assertIs(client.state, ClientState.CLOSED)
         self.assertRaises(ClientClosedError, client.recv, 0.1)
+
+    def test_storedIdAndDone(self) -> None:
+        """
+        With version 2, sendto returns the id the letter was stored under;
+        recv() returns it with that id and answers DONE, so an owner
+        connecting later gets nothing more.
+        """
+        sender = self.client("sender")
+        letter_id = sender.sendto("owner", "hello", [b"x"])
+        assert isinstance(letter_id, int)
+        owner = self.client("owner")
+        self.assertEqual(
+            owner.recv(timeout=5),
+            Delivery("MAILBOX_DELIVER", "sender", "owner", "hello", "", (b"x",), id=letter_id),
+        )
+        owner.close()
+        again = self.client("owner")
+        self.assertIsNone(again.recv(timeout=0.2))
+
+    def test_readFromEarliest(self) -> None:
+        """A reader from EARLIEST gets what was written before it subscribed, numbered."""
+        producer = self.client("producer")
+        producer.set_producer("weather")
+        for n in range(3):
+            producer.send(f"temp.{n}", [])
+        producer.set_producer("weather")  # a round trip: the messages are written
+        reader = self.client("reader")
+        reader.set_consumer("weather", "", mlm.EARLIEST)
+        got = [reader.recv(timeout=5) for _ in range(3)]
+        self.assertEqual([(d.sequence, d.subject) for d in got if d is not None],
+                         [(1, "temp.0"), (2, "temp.1"), (3, "temp.2")])

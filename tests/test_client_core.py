@@ -1,12 +1,16 @@
 """
 Tests for L{malamute_pack.client.core}: the client's state machine driven
-with a L{Clock} and frames built with the MLM codec, no sockets.
+with a L{Clock} and frames built with the MLM codec, no sockets. The
+version 1 behaviour (libmlm's vocabulary) first, then what protocol
+version 2 adds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -16,8 +20,9 @@ from malamute_pack.client.errors import (
     ClientClosedError,
     ClientError,
     MalamuteError,
+    MessageDroppedError,
 )
-from malamute_pack.client.events import Confirmation, Delivery
+from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.protocol import mlm
 
 _UNSET = object()
@@ -30,6 +35,7 @@ class Recorder:
         self.sent: list[mlm.Message] = []
         self.deliveries: list[Delivery] = []
         self.confirmations: list[Confirmation] = []
+        self.gaps: list[Gap] = []
 
     def send_frames(self, frames: list[bytes]) -> None:
         self.sent.append(mlm.decode(frames))
@@ -39,6 +45,9 @@ class Recorder:
 
     def confirmed(self, confirmation: Confirmation) -> None:
         self.confirmations.append(confirmation)
+
+    def gap(self, gap: Gap) -> None:
+        self.gaps.append(gap)
 
     def take(self) -> list[mlm.Message]:
         """What was sent since the last call."""
@@ -62,12 +71,18 @@ class Result:
 
 
 class CoreTestCase(SynchronousTestCase):
-    """A core with address "me", timeout 5 s and heartbeat 1 s on a Clock."""
+    """
+    A core with address "me", timeout 5 s and heartbeat 1 s on a Clock,
+    speaking protocol C{version} (1 here: libmlm's vocabulary).
+    """
+
+    version = 1
 
     def setUp(self) -> None:
         self.clock = Clock()
         self.owner = Recorder()
-        self.core = ClientCore(self.clock, self.owner, "me", timeout=5.0, heartbeat=1.0)
+        self.core = ClientCore(self.clock, self.owner, "me", timeout=5.0, heartbeat=1.0,
+                               version=self.version)
 
     def reply(self, message: mlm.Message) -> None:
         self.core.receive(mlm.encode(message))
@@ -146,6 +161,25 @@ class ConnectTests(CoreTestCase):
     def test_heartbeatMustBeBelowTimeout(self) -> None:
         """A heartbeat not below the timeout is refused."""
         self.assertRaises(ValueError, ClientCore, self.clock, self.owner, "", 1.0, 1.0)
+
+    def test_version1Open(self) -> None:
+        """With version 1 CONNECTION_OPEN says version 1, as libmlm does."""
+        self.core.connect(Result())
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=1, address="me")])
+
+    def test_unknownVersionRefused(self) -> None:
+        """Only versions 1 and 2 exist."""
+        self.assertRaises(ValueError, ClientCore, self.clock, self.owner, version=3)
+
+    def test_version1HasNoPositions(self) -> None:
+        """
+        With version 1, set_consumer from a position raises ValueError at
+        the call and sends nothing; sendto refuses a STORED callback.
+        """
+        self.connected()
+        self.assertRaises(ValueError, self.core.set_consumer, "s", "", Result(), mlm.EARLIEST)
+        self.assertRaises(ValueError, self.core.sendto, "bob", "", [], "", 0, lambda r: None)
+        self.assertEqual(self.owner.take(), [])
 
 
 class HeartbeatTests(CoreTestCase):
@@ -491,3 +525,485 @@ class ReconnectTests(CoreTestCase):
         self.reply(mlm.Ok())
         self.assertEqual(self.replay(), self.replayed)
         self.assertEqual(self.core.reconnects, 2)
+
+
+class V2TestCase(CoreTestCase):
+    """A version 2 core, connected."""
+
+    version = 2
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.connected()
+
+    def stored_results(self) -> tuple[list[int | ClientError], Callable[[int | ClientError], None]]:
+        got: list[int | ClientError] = []
+        return got, got.append
+
+    def record(self, record_id: int, subject: str = "hi", tracker: str = "") -> None:
+        self.reply(mlm.MailboxRecord(record_id, "bob", "me", subject, tracker, [b"x"]))
+
+    def stream_record(self, stream: str, sequence: int, subject: str = "s") -> None:
+        self.reply(mlm.StreamRecord(stream, "producer", subject, sequence, 1_700_000_000_500,
+                                    [b"v"]))
+
+    def replay(self) -> list[mlm.Message]:
+        """Answer each replayed command with OK; return what was sent."""
+        sent = []
+        while self.core.state is ClientState.RECONNECTING:
+            step = self.owner.take()
+            self.assertEqual(len(step), 1, step)
+            sent.extend(step)
+            self.reply(mlm.Ok())
+        return sent
+
+    def forget_us(self) -> None:
+        """The broker answers ERROR 500 and then OK to the new OPEN."""
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, "command invalid"))
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
+        self.reply(mlm.Ok())
+
+
+class V2ConnectTests(CoreTestCase):
+    version = 2
+
+    def test_versionTwoIsTheDefault(self) -> None:
+        """A core made without a version opens with CONNECTION_OPEN version 2."""
+        core = ClientCore(self.clock, self.owner, "me")
+        self.assertEqual(core.version, 2)
+        core.connect(Result())
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
+
+    def test_reopenSaysVersionTwo(self) -> None:
+        """The CONNECTION_OPEN of a reconnection also says version 2."""
+        self.connected()
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, ""))
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
+
+
+class V2ConsumerTests(V2TestCase):
+    def test_latestSendsStreamRead(self) -> None:
+        """set_consumer with whence LATEST (the default) sends STREAM_READ, as version 1."""
+        self.setting(lambda d: self.core.set_consumer("s", "p", d), mlm.StreamRead("s", "p"))
+
+    def test_positionsSendStreamReadFrom(self) -> None:
+        """EARLIEST, SEQUENCE and TIME send STREAM_READ_FROM; OK completes the command."""
+        for whence, position in ((mlm.EARLIEST, 0), (mlm.SEQUENCE, 42), (mlm.TIME, 1234)):
+            result = Result()
+            self.core.set_consumer("s", str(whence), result, whence, position)
+            self.assertEqual(self.owner.take(),
+                             [mlm.StreamReadFrom("s", str(whence), whence, position)])
+            self.reply(mlm.Ok())
+            self.assertIsNone(result.outcome)
+
+    def test_streamReadFromRefused(self) -> None:
+        """ERROR to STREAM_READ_FROM fails the command; the setting is not recorded."""
+        result = Result()
+        self.core.set_consumer("s", "", result, mlm.EARLIEST)
+        self.owner.take()
+        self.reply(mlm.Error(mlm.NOT_IMPLEMENTED, "no journal"))
+        assert isinstance(result.outcome, MalamuteError)
+        self.assertEqual(result.outcome.code, mlm.NOT_IMPLEMENTED)
+        self.assertEqual(self.core.settings, ())
+
+    def test_unknownWhence(self) -> None:
+        """A whence the protocol does not define raises ValueError at the call."""
+        self.assertRaises(ValueError, self.core.set_consumer, "s", "", Result(), 7)
+
+
+class StoredTests(V2TestCase):
+    def test_storedMatchedInOrder(self) -> None:
+        """
+        STOREDs answer sendto and sendfor in the order they were sent, a
+        refusal included (MalamuteError with its code and reason); stream
+        sends and commands in between do not take a STORED.
+        """
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "a", [b"1"], stored=stored)
+        self.core.send("x", [])
+        self.core.sendfor("echo", "b", [b"2"], stored=stored)
+        self.core.set_producer("s", Result())
+        self.core.sendto("full", "c", [b"3"], stored=stored)
+        self.assertEqual(self.core.unstored, 3)
+        self.reply(mlm.Stored(11, "", mlm.SUCCESS, ""))
+        self.reply(mlm.Ok())  # the command's answer, between STOREDs
+        self.reply(mlm.Stored(12, "", mlm.SUCCESS, ""))
+        self.reply(mlm.Stored(0, "", mlm.FAILED, "mailbox full"))
+        self.assertEqual(got[:2], [11, 12])
+        assert isinstance(got[2], MalamuteError)
+        self.assertEqual((got[2].code, got[2].reason), (mlm.FAILED, "mailbox full"))
+        self.assertEqual(self.core.unstored, 0)
+
+    def test_strayStoredIgnored(self) -> None:
+        """A STORED with no send waiting for it changes nothing."""
+        self.reply(mlm.Stored(5, "", mlm.SUCCESS, ""))
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "a", [], stored=stored)
+        self.reply(mlm.Stored(6, "", mlm.SUCCESS, ""))
+        self.assertEqual(got, [6])
+
+    def test_heldSendsGetStoredAfterReplay(self) -> None:
+        """A send made while reconnecting goes out after the replay and gets its STORED."""
+        self.setting(lambda d: self.core.set_producer("s", d), mlm.StreamWrite("s"))
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, ""))
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "held", [b"1"], stored=stored)
+        self.owner.take()
+        self.reply(mlm.Ok())
+        self.assertEqual(self.replay(), [mlm.StreamWrite("s")])
+        self.assertEqual(self.owner.take(), [mlm.MailboxSend("bob", "held", "", 0, [b"1"])])
+        self.reply(mlm.Stored(3, "", mlm.SUCCESS, ""))
+        self.assertEqual(got, [3])
+
+    def test_unacknowledgedSentAgainAfterReplay(self) -> None:
+        """
+        Sends not yet acknowledged when the broker forgets us are sent again
+        after the replay, in order and before the ones held meanwhile; a
+        STORED arriving before that (answering the old send) is ignored.
+        """
+        self.setting(lambda d: self.core.set_worker("echo", "", d), mlm.ServiceOffer("echo", ""))
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "one", [], stored=stored)
+        self.core.sendfor("echo", "two", [], stored=stored)
+        self.reply(mlm.Stored(1, "", mlm.SUCCESS, ""))  # "one" is acknowledged
+        self.core.sendto("bob", "three", [], stored=stored)
+        self.owner.take()
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, ""))
+        self.core.sendto("bob", "four", [], stored=stored)  # held
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
+        self.reply(mlm.Stored(99, "", mlm.SUCCESS, ""))  # late, for the old "two": ignored
+        self.reply(mlm.Ok())
+        self.assertEqual(self.replay(), [mlm.ServiceOffer("echo", "")])
+        self.assertEqual(
+            self.owner.take(),
+            [
+                mlm.ServiceSend("echo", "two", "", 0, []),
+                mlm.MailboxSend("bob", "three", "", 0, []),
+                mlm.MailboxSend("bob", "four", "", 0, []),
+            ],
+        )
+        for record_id in (2, 3, 4):
+            self.reply(mlm.Stored(record_id, "", mlm.SUCCESS, ""))
+        self.assertEqual(got, [1, 2, 3, 4])
+
+    def test_unacknowledgedSentAgainAfterTimeout(self) -> None:
+        """
+        A send unacknowledged when the connection is lost (timeout) stays
+        pending; the restarted broker's ERROR 500 leads to it being sent
+        again after the replay.
+        """
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "lost", [], stored=stored)
+        self.advance(5.1)
+        self.assertIs(self.core.state, ClientState.DISCONNECTED)
+        self.assertEqual(got, [])
+        self.owner.take()
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, ""))
+        self.owner.take()
+        self.reply(mlm.Ok())
+        self.assertEqual(self.owner.take(), [mlm.MailboxSend("bob", "lost", "", 0, [])])
+        self.reply(mlm.Stored(8, "", mlm.SUCCESS, ""))
+        self.assertEqual(got, [8])
+
+    def test_resumeDoesNotSendAgain(self) -> None:
+        """After a timeout, a broker that still knows us answers the sends it has: no resend."""
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "slow", [], stored=stored)
+        self.advance(5.1)
+        self.owner.take()
+        self.reply(mlm.Stored(4, "", mlm.SUCCESS, ""))
+        self.assertIs(self.core.state, ClientState.CONNECTED)
+        self.assertEqual(self.owner.take(), [])
+        self.assertEqual(got, [4])
+
+    def test_closeWaitsForStored(self) -> None:
+        """CONNECTION_CLOSE goes out once the sends made before close() are STORED."""
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "a", [], stored=stored)
+        closed = Result()
+        self.core.close(closed)
+        self.owner.take()
+        self.assertIs(self.core.state, ClientState.CLOSING)
+        self.reply(mlm.Stored(7, "", mlm.SUCCESS, ""))
+        self.assertEqual(got, [7])
+        self.assertEqual(self.owner.take(), [mlm.ConnectionClose()])
+        self.reply(mlm.Ok())
+        self.assertIsNone(closed.outcome)
+
+    def test_closeGivesUpOnStored(self) -> None:
+        """
+        No STORED within the close timeout: CONNECTION_CLOSE goes out anyway
+        and the send fails with ClientClosedError.
+        """
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "a", [], stored=stored)
+        closed = Result()
+        self.core.close(closed)
+        self.owner.take()
+        self.advance(1.1)
+        self.assertEqual(self.owner.take(), [mlm.ConnectionClose()])
+        self.assertIsNone(closed.outcome)
+        self.assertEqual(len(got), 1)
+        self.assertIsInstance(got[0], ClientClosedError)
+
+    def test_tooManyHeld(self) -> None:
+        """A send dropped because too many are held fails with MessageDroppedError."""
+        self.core.max_held = 1
+        self.advance(5.1)
+        got, stored = self.stored_results()
+        self.core.sendto("bob", "kept", [], stored=stored)
+        self.core.sendto("bob", "dropped", [], stored=stored)
+        self.assertEqual(len(got), 1)
+        self.assertIsInstance(got[0], MessageDroppedError)
+        self.assertEqual(self.core.held_dropped, 1)
+
+
+class RecordTests(V2TestCase):
+    def test_recordDelivered(self) -> None:
+        """
+        MAILBOX_RECORD and SERVICE_RECORD arrive as MAILBOX_DELIVER and
+        SERVICE_DELIVER deliveries carrying the id; no DONE before hand-over.
+        """
+        self.reply(mlm.MailboxRecord(5, "bob", "me", "hi", "t1", [b"a"]))
+        self.reply(mlm.ServiceRecord(6, "bob", "echo", "ping", "", []))
+        self.assertEqual(
+            self.owner.deliveries,
+            [
+                Delivery("MAILBOX_DELIVER", "bob", "me", "hi", "t1", (b"a",), id=5),
+                Delivery("SERVICE_DELIVER", "bob", "echo", "ping", "", (), id=6),
+            ],
+        )
+        self.assertEqual(self.owner.take(), [])
+
+    def test_autoDoneOnHandOver(self) -> None:
+        """With auto_done, handing a record over sends DONE(id, 200) once."""
+        self.record(5)
+        delivery = self.owner.deliveries[0]
+        self.core.handed_over(delivery)
+        self.core.handed_over(delivery)
+        self.core.done(delivery, 300, "ignored: already answered")
+        self.assertEqual(self.owner.take(), [mlm.Done(5, mlm.SUCCESS, "")])
+
+    def test_manualDone(self) -> None:
+        """With auto_done off, hand-over sends nothing; done() sends the status given."""
+        self.core.auto_done = False
+        self.record(5)
+        delivery = self.owner.deliveries[0]
+        self.core.handed_over(delivery)
+        self.assertEqual(self.owner.take(), [])
+        self.core.done(delivery, mlm.FAILED, "cannot")
+        self.assertEqual(self.owner.take(), [mlm.Done(5, mlm.FAILED, "cannot")])
+
+    def test_trackedRecordAnsweredByConfirm(self) -> None:
+        """
+        A tracked record is not answered at hand-over: confirm(tracker)
+        answers the oldest unanswered record with that tracker as DONE with
+        the application's status; a tracker with none left is sent as
+        CONFIRM, as with version 1.
+        """
+        self.record(5, tracker="order")
+        self.record(6, tracker="order")
+        for delivery in self.owner.deliveries:
+            self.core.handed_over(delivery)
+        self.assertEqual(self.owner.take(), [])
+        self.core.confirm("order", 200, "shipped")
+        self.core.done(self.owner.deliveries[1], 300, "lost")
+        self.core.confirm("order", 200, "again")
+        self.assertEqual(
+            self.owner.take(),
+            [mlm.Done(5, 200, "shipped"), mlm.Done(6, 300, "lost"),
+             mlm.Confirm("order", 200, "again")],
+        )
+
+    def test_trackedRecordFailedAtHandOver(self) -> None:
+        """A failure status at hand-over (the application's callback raised) answers it."""
+        self.record(5, tracker="order")
+        self.core.handed_over(self.owner.deliveries[0], mlm.FAILED, "crashed")
+        self.assertEqual(self.owner.take(), [mlm.Done(5, mlm.FAILED, "crashed")])
+
+    def test_doneNeedsAnId(self) -> None:
+        """done() of a delivery without an id (a stream message) raises ValueError."""
+        self.stream_record("s", 1)
+        self.assertRaises(ValueError, self.core.done, self.owner.deliveries[0])
+
+    def test_doneHeldWhileReconnecting(self) -> None:
+        """A DONE while the broker is being reopened goes out after the replay."""
+        self.record(5)
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, ""))
+        self.core.handed_over(self.owner.deliveries[0])
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
+        self.reply(mlm.Ok())
+        self.assertEqual(self.owner.take(), [mlm.Done(5, mlm.SUCCESS, "")])
+
+    def test_redeliveryDroppedAndDoneAgain(self) -> None:
+        """
+        A record whose id was handed over before is dropped, counted, and
+        answered with the same DONE again (ours may never have reached the
+        disk).
+        """
+        self.core.auto_done = False
+        self.record(5)
+        self.core.done(self.owner.deliveries[0], mlm.FAILED, "bad")
+        self.owner.take()
+        self.record(5)
+        self.assertEqual(len(self.owner.deliveries), 1)
+        self.assertEqual(self.core.duplicates, 1)
+        self.assertEqual(self.owner.take(), [mlm.Done(5, mlm.FAILED, "bad")])
+
+    def test_redeliveryBeforeDone(self) -> None:
+        """
+        A redelivery of a record the application has not answered yet is
+        dropped without a DONE: the application's own DONE answers it.
+        """
+        self.core.auto_done = False
+        self.record(5)
+        self.record(5)
+        self.assertEqual(self.owner.take(), [])
+        self.assertEqual((len(self.owner.deliveries), self.core.duplicates), (1, 1))
+        self.core.done(self.owner.deliveries[0])
+        self.assertEqual(self.owner.take(), [mlm.Done(5, mlm.SUCCESS, "")])
+
+    def test_dedupeWindowBounded(self) -> None:
+        """Only the last dedupe_window ids are remembered."""
+        self.core = ClientCore(self.clock, self.owner, "me", dedupe_window=2)
+        self.connected()
+        for record_id in (1, 2, 3):
+            self.record(record_id)
+        self.record(1)  # forgotten: handed over again
+        self.record(3)  # remembered: dropped
+        self.assertEqual([d.id for d in self.owner.deliveries], [1, 2, 3, 1])
+        self.assertEqual(self.core.duplicates, 1)
+
+
+class StreamRecordTests(V2TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.setting(lambda d: self.core.set_producer("out", d), mlm.StreamWrite("out"))
+        self.setting(lambda d: self.core.set_consumer("weather", "^temp", d),
+                     mlm.StreamRead("weather", "^temp"))
+        self.setting(lambda d: self.core.set_consumer("weather", "^wind", d),
+                     mlm.StreamRead("weather", "^wind"))
+        self.setting(lambda d: self.core.set_consumer("news", "", d, mlm.EARLIEST),
+                     mlm.StreamReadFrom("news", "", mlm.EARLIEST, 0))
+
+    def test_recordDelivered(self) -> None:
+        """STREAM_RECORD arrives as STREAM_DELIVER with its sequence and timestamp (s)."""
+        self.stream_record("weather", 7, "temp.x")
+        self.assertEqual(
+            self.owner.deliveries,
+            [Delivery("STREAM_DELIVER", "producer", "weather", "temp.x", "", (b"v",),
+                      sequence=7, timestamp=1_700_000_000.5)],
+        )
+
+    def test_oldSequenceDropped(self) -> None:
+        """A record at or below the last sequence seen on its stream is a duplicate."""
+        for sequence in (1, 2, 2, 1, 3):
+            self.stream_record("weather", sequence)
+        self.stream_record("news", 1)  # other streams count apart
+        self.assertEqual([(d.address, d.sequence) for d in self.owner.deliveries],
+                         [("weather", 1), ("weather", 2), ("weather", 3), ("news", 1)])
+        self.assertEqual(self.core.duplicates, 2)
+
+    def test_replayResumesAfterLastSeen(self) -> None:
+        """
+        After ERROR 500, a stream with a record seen is read again with
+        STREAM_READ_FROM(SEQUENCE, last + 1), every pattern from the same
+        position even if records arrive during the replay; a stream with
+        none seen replays its original command.
+        """
+        self.stream_record("weather", 41)
+        self.stream_record("weather", 42)
+        self.forget_us()
+        sent = [self.owner.take()]
+        self.reply(mlm.Ok())
+        sent.append(self.owner.take())
+        self.reply(mlm.Ok())
+        self.stream_record("weather", 43)  # the first pattern's catch-up begins
+        sent.extend([m] for m in self.replay())
+        self.assertEqual(
+            sent,
+            [
+                [mlm.StreamWrite("out")],
+                [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 43)],
+                [mlm.StreamReadFrom("weather", "^wind", mlm.SEQUENCE, 43)],
+                [mlm.StreamReadFrom("news", "", mlm.EARLIEST, 0)],
+            ],
+        )
+        self.stream_record("weather", 43)  # the second pattern's catch-up: a duplicate
+        self.stream_record("weather", 44)
+        self.assertEqual([d.sequence for d in self.owner.deliveries], [41, 42, 43, 44])
+        self.assertEqual(self.core.duplicates, 1)
+
+    def test_resumeRefusedFallsBack(self) -> None:
+        """A replayed STREAM_READ_FROM refused (no journal: 501) is replaced by the original."""
+        self.stream_record("weather", 3)
+        self.forget_us()
+        self.owner.take()
+        self.reply(mlm.Ok())
+        self.assertEqual(self.owner.take(),
+                         [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 4)])
+        self.reply(mlm.Error(mlm.NOT_IMPLEMENTED, "no journal"))
+        self.assertEqual(self.owner.take(), [mlm.StreamRead("weather", "^temp")])
+        self.reply(mlm.Ok())
+        self.assertEqual(self.owner.take(),
+                         [mlm.StreamReadFrom("weather", "^wind", mlm.SEQUENCE, 4)])
+
+    def test_removeConsumerForgetsPosition(self) -> None:
+        """After remove_consumer a stream starts afresh: no dedupe, no resume."""
+        self.stream_record("weather", 9)
+        self.setting(lambda d: self.core.remove_consumer("weather", d),
+                     mlm.StreamCancel("weather"))
+        self.setting(lambda d: self.core.set_consumer("weather", "", d, mlm.EARLIEST),
+                     mlm.StreamReadFrom("weather", "", mlm.EARLIEST, 0))
+        self.stream_record("weather", 1)
+        self.assertEqual([d.sequence for d in self.owner.deliveries], [9, 1])
+        self.forget_us()
+        replayed = self.replay()
+        self.assertIn(mlm.StreamReadFrom("weather", "", mlm.SEQUENCE, 2), replayed)
+        self.assertNotIn(mlm.StreamRead("weather", "^temp"), replayed)
+
+    def test_anotherPatternFromEarliest(self) -> None:
+        """
+        A second pattern read from EARLIEST moves the stream's position
+        back: the broker sends the history again, and only the records not
+        handed over yet (the new pattern's) get through.
+        """
+        for sequence in (2, 4):  # the first pattern's matches
+            self.stream_record("weather", sequence, "temp")
+        self.setting(lambda d: self.core.set_consumer("weather", "^rain", d, mlm.EARLIEST),
+                     mlm.StreamReadFrom("weather", "^rain", mlm.EARLIEST, 0))
+        for sequence in (1, 2, 3, 4, 5):
+            self.stream_record("weather", sequence)
+        self.assertEqual([d.sequence for d in self.owner.deliveries], [2, 4, 1, 3, 5])
+        self.assertEqual(self.core.duplicates, 2)
+
+    def test_rereadReplacesSetting(self) -> None:
+        """A pattern read again from another position replaces its old setting."""
+        self.setting(lambda d: self.core.set_consumer("weather", "^temp", d, mlm.SEQUENCE, 5),
+                     mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 5))
+        readers = [s for s in self.core.settings if getattr(s, "pattern", None) == "^temp"]
+        self.assertEqual(readers, [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 5)])
+
+    def test_gap(self) -> None:
+        """STREAM_GAP is passed on as a Gap and counted."""
+        self.reply(mlm.StreamGap("weather", 10, 25))
+        self.assertEqual(self.owner.gaps, [Gap("weather", 10, 25)])
+        self.assertEqual(self.core.gaps, 1)
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.lists(st.integers(min_value=1, max_value=30), max_size=8))
+    def test_resumedReplaysDeliverEachOnce(self, restarts: list[int]) -> None:
+        """
+        However often the broker sends the stream again from an earlier
+        position (a replay after a crash), each record reaches the owner
+        once, in order.
+        """
+        self.core = ClientCore(self.clock, self.owner, "me")
+        self.connected()
+        self.owner.deliveries.clear()
+        sent = 0
+        for start in [1, *restarts]:
+            for sequence in range(min(start, sent + 1), sent + 6):
+                self.stream_record("s", sequence)
+            sent += 5
+        self.assertEqual([d.sequence for d in self.owner.deliveries], list(range(1, sent + 1)))

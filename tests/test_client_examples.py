@@ -29,7 +29,10 @@ class ExampleTests(SynchronousTestCase):
         self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def test_echoWorkerAndRequester(self) -> None:
-        """The echo worker sends the requester's text back; the requester prints it."""
+        """
+        The echo worker sends the requester's text back; the requester
+        prints the id its request was stored under, then the reply.
+        """
         worker = subprocess.Popen(
             example("echo_worker.py", "--endpoint", self.broker.endpoint, "--count", "1"),
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -41,7 +44,9 @@ class ExampleTests(SynchronousTestCase):
             env=self.env, capture_output=True, text=True, timeout=30,
         )
         self.assertEqual(requester.returncode, 0, requester.stderr)
-        self.assertEqual(requester.stdout.strip(), "reply from echo-worker: hello echo")
+        stored, reply = requester.stdout.strip().splitlines()
+        self.assertRegex(stored, r"^request stored as [1-9][0-9]*$")
+        self.assertEqual(reply, "reply from echo-worker: hello echo")
         output, _ = worker.communicate(timeout=10)
         self.assertEqual(worker.returncode, 0, output)
         self.assertIn(b"echoed 'echo'", output)
@@ -54,6 +59,29 @@ class ExampleTests(SynchronousTestCase):
             env=self.env, capture_output=True, text=True, timeout=30,
         )
         self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"alice: wrote to bob, .*\(stored as [1-9][0-9]*\)")
         self.assertIn("bob: got 'greeting' from alice", result.stdout)
         self.assertIn("alice: letter-1 confirmed: 200 read", result.stdout)
         self.assertIn("alice: got 're: greeting' from bob", result.stdout)
+
+    def test_weatherFromStart(self) -> None:
+        """
+        The consumer with --from-start prints the readings the producer
+        published before it started, numbered from 1.
+        """
+        producer = subprocess.run(
+            example("weather_producer.py", "--endpoint", self.broker.endpoint, "--count", "4",
+                    "--interval", "0"),
+            env=self.env, capture_output=True, text=True, timeout=30,
+        )
+        self.assertEqual(producer.returncode, 0, producer.stderr)
+        published = producer.stdout.split()[0::2]  # "subject value" lines
+        consumer = subprocess.run(
+            example("weather_consumer.py", "--endpoint", self.broker.endpoint, "--from-start",
+                    "--pattern", "", "--count", "4"),
+            env=self.env, capture_output=True, text=True, timeout=30,
+        )
+        self.assertEqual(consumer.returncode, 0, consumer.stderr)
+        lines = consumer.stdout.splitlines()
+        self.assertEqual([line.split()[:2] for line in lines],
+                         [[f"#{n + 1}", subject] for n, subject in enumerate(published)])

@@ -1,6 +1,9 @@
 """
 Tests for L{malamute_pack.client.reactor_client}: the Twisted client against
-a real broker service in the test's reactor, over tcp on loopback.
+a real broker service in the test's reactor, over tcp on loopback, with its
+journal in the test's temporary directory. The version 2 tests at the end
+cover what protocol version 2 adds: STORED ids, reading from a position,
+credit without loss, DONE and redelivery, resuming after a broker restart.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
+from malamute_pack.broker.limits import Limits
 from malamute_pack.client.core import ClientState
 from malamute_pack.client.errors import (
     BadEndpointError,
@@ -27,6 +31,7 @@ from malamute_pack.client.errors import (
 )
 from malamute_pack.client.events import Confirmation, Delivery
 from malamute_pack.client.reactor_client import MalamuteClient
+from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
@@ -44,6 +49,12 @@ async def failure_of(d: Deferred[Any], kind: type[_E]) -> _E:
     except kind as e:
         return e
     raise AssertionError(f"expected {kind.__name__}, got the result {result!r}")
+
+
+async def stored(d: Deferred[int] | None) -> int:
+    """The id a version 2 send's Deferred fires with."""
+    assert d is not None, "a version 2 client's sendto/sendfor return a Deferred"
+    return await d
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -66,7 +77,7 @@ class ClientTestCase(TestCase):
         self.data_dir = Path(self.mktemp())
         self.broker: MultiService | None = None
         self.endpoint = self.start_broker("tcp://127.0.0.1:*")
-        self.addCleanup(self.stop_broker)
+        self.addCleanup(lambda: Deferred.fromCoroutine(self.stop_broker()))
 
     def settings(self, endpoint: str) -> Settings:
         return Settings(
@@ -88,14 +99,18 @@ class ClientTestCase(TestCase):
         assert isinstance(router, RouterService)
         return router.bound[0]
 
-    def stop_broker(self) -> None:
+    async def stop_broker(self) -> None:
+        """Stop the broker and wait until it has closed its journal."""
         if self.broker is not None:
-            self.broker.stopService()
-            self.broker = None
+            broker, self.broker = self.broker, None
+            await broker.stopService()
 
     async def restart_broker(self) -> None:
-        """A new broker on the same endpoint (it forgets every client)."""
-        self.stop_broker()
+        """
+        A new broker on the same endpoint and data directory: it forgets
+        every client, and keeps what its journal holds.
+        """
+        await self.stop_broker()
         end = time.monotonic() + 5
         while True:
             try:
@@ -105,7 +120,7 @@ class ClientTestCase(TestCase):
                 # The old listener is closed by libzmq's I/O thread, a moment later.
                 if e.errno != zmq.EADDRINUSE or time.monotonic() > end:
                     raise
-                self.stop_broker()
+                await self.stop_broker()
                 await deferLater(_clock, 0.05)
 
     async def client(self, address: str = "", **options: object) -> MalamuteClient:
@@ -138,7 +153,7 @@ class ConnectTests(ClientTestCase):
 
     async def test_connectTimesOut(self) -> None:
         """With no broker at the endpoint, connect() fails with BrokerUnreachableError."""
-        self.stop_broker()
+        await self.stop_broker()
         await self.assertFailure(
             MalamuteClient.connect(_reactor, self.endpoint, timeout=0.3, heartbeat=0.1,
                                    context=self.context),
@@ -162,9 +177,12 @@ class ConnectTests(ClientTestCase):
 
 class TrafficTests(ClientTestCase):
     async def test_streamWithRegex(self) -> None:
-        """A consumer with C{^temp\\.} gets exactly the temperature messages, in order."""
-        consumer = await self.client("consumer")
-        producer = await self.client("producer")
+        """
+        A consumer with C{^temp\\.} gets exactly the temperature messages, in
+        order (version 1: STREAM_DELIVER).
+        """
+        consumer = await self.client("consumer", version=1)
+        producer = await self.client("producer", version=1)
         await consumer.set_consumer("weather", r"^temp\.")
         await producer.set_producer("weather")
         for subject in ["temp.paris", "wind.paris", "temp.rome", "rain.oslo"]:
@@ -193,20 +211,20 @@ class TrafficTests(ClientTestCase):
         self.assertEqual(consumer.pending(), 0)
 
     async def test_mailboxToLateOwner(self) -> None:
-        """A letter sent before its owner connects is delivered when it does."""
-        sender = await self.client("sender")
+        """A letter sent before its owner connects is delivered when it does (version 1)."""
+        sender = await self.client("sender", version=1)
         sender.sendto("late", "hello", [b"one", b"two"])
         await self.round_trip(sender)
-        late = await self.client("late")
+        late = await self.client("late", version=1)
         self.assertEqual(
             await late.recv(),
             Delivery("MAILBOX_DELIVER", "sender", "late", "hello", "", (b"one", b"two")),
         )
 
     async def test_serviceRequestReply(self) -> None:
-        """A worker gets the request and its sendto reply reaches the requester."""
-        worker = await self.client("worker")
-        requester = await self.client("requester")
+        """A worker gets the request and its sendto reply reaches the requester (version 1)."""
+        worker = await self.client("worker", version=1)
+        requester = await self.client("requester", version=1)
         await worker.set_worker("echo", "^ping")
         requester.sendfor("echo", "ping.1", [b"payload"], tracker="", timeout_ms=5000)
         request = await worker.recv()
@@ -302,7 +320,7 @@ class RecoveryTests(ClientTestCase):
         """
         consumer = await self.client("consumer", timeout=0.5)
         await consumer.set_consumer("s", "")
-        self.stop_broker()
+        await self.stop_broker()
         await wait_for(lambda: consumer.state is ClientState.DISCONNECTED)
         await self.assertFailure(consumer.set_consumer("t", ""), BrokerUnreachableError)
         await self.restart_broker()
@@ -332,3 +350,213 @@ class PlainTests(ClientTestCase):
                                    timeout=0.3, heartbeat=0.1, context=self.context),
             BrokerUnreachableError,
         )
+
+
+class Version2Tests(ClientTestCase):
+    async def test_sendsReturnStoredIds(self) -> None:
+        """
+        sendto and sendfor fire with the ids the broker stored the messages
+        under; the recipients' deliveries carry those ids, with the version 1
+        command names.
+        """
+        sender = await self.client("sender")
+        worker = await self.client("worker")
+        await worker.set_worker("echo", "")
+        letter_id = await stored(sender.sendto("owner", "hello", [b"1"]))
+        request_id = await stored(sender.sendfor("echo", "ping", [b"2"]))
+        self.assertNotEqual(letter_id, request_id)
+        owner = await self.client("owner")
+        self.assertEqual(
+            await owner.recv(),
+            Delivery("MAILBOX_DELIVER", "sender", "owner", "hello", "", (b"1",), id=letter_id),
+        )
+        self.assertEqual(
+            await worker.recv(),
+            Delivery("SERVICE_DELIVER", "sender", "echo", "ping", "", (b"2",), id=request_id),
+        )
+
+    async def test_version1Unchanged(self) -> None:
+        """A version 1 client's sends return None; reading from a position raises."""
+        client = await self.client("old", version=1)
+        self.assertIsNone(client.sendto("owner", "s", []))
+        self.assertRaises(ValueError, client.set_consumer, "s", "", mlm.EARLIEST)
+
+    async def test_earliestHistoryThenLive(self) -> None:
+        """
+        A reader from EARLIEST gets the stream's history, then the messages
+        written after, in order, each once, with sequence and timestamp.
+        """
+        producer = await self.client("producer")
+        await producer.set_producer("weather")
+        for n in range(3):
+            producer.send(f"old.{n}", [])
+        await self.round_trip(producer)
+        reader = await self.client("reader")
+        await reader.set_consumer("weather", "", mlm.EARLIEST)
+        got = [await reader.recv() for _ in range(3)]
+        for n in range(2):
+            producer.send(f"new.{n}", [])
+        got += [await reader.recv() for _ in range(2)]
+        self.assertEqual(
+            [(d.sequence, d.subject) for d in got],
+            [(1, "old.0"), (2, "old.1"), (3, "old.2"), (4, "new.0"), (5, "new.1")],
+        )
+        stamps = [d.timestamp for d in got]
+        assert all(t is not None for t in stamps)
+        self.assertEqual(stamps, sorted(cast(list[float], stamps)))
+        self.assertLess(abs(cast(float, stamps[0]) - time.time()), 60)
+        await self.round_trip(producer, reader)
+        self.assertEqual((reader.pending(), reader.duplicates), (0, 0))
+
+    async def test_twoPatternsFromEarliest(self) -> None:
+        """
+        Two patterns read from EARLIEST on one stream (the second moves the
+        stream's position back) give every matching record of the history
+        exactly once.
+        """
+        producer = await self.client("producer")
+        await producer.set_producer("weather")
+        for subject in ("temp.a", "wind.b", "rain.c", "temp.d", "wind.e"):
+            producer.send(subject, [])
+        await self.round_trip(producer)
+        reader = await self.client("reader")
+        await reader.set_consumer("weather", "^temp", mlm.EARLIEST)
+        await reader.set_consumer("weather", "^wind", mlm.EARLIEST)
+        got = [await reader.recv() for _ in range(4)]
+        self.assertEqual(sorted((d.sequence or 0, d.subject) for d in got),
+                         [(1, "temp.a"), (2, "wind.b"), (4, "temp.d"), (5, "wind.e")])
+        await self.round_trip(reader)
+        self.assertEqual(reader.pending(), 0)
+
+    async def test_creditExhaustedThenMore(self) -> None:
+        """
+        A reader out of credit gets no more; more credit delivers every
+        message it missed, in order, without gap or duplicate.
+        """
+        reader = await self.client("reader")
+        reader.credit(3)
+        await reader.set_consumer("s", "")
+        producer = await self.client("producer")
+        await producer.set_producer("s")
+        for n in range(10):
+            producer.send(str(n), [])
+        await self.round_trip(producer, reader)
+        self.assertEqual(reader.pending(), 3)
+        reader.credit(100)
+        got = [await reader.recv() for _ in range(10)]
+        self.assertEqual([d.sequence for d in got], list(range(1, 11)))
+        self.assertEqual([d.subject for d in got], [str(n) for n in range(10)])
+        self.assertEqual((reader.gaps, reader.duplicates), (0, 0))
+
+    async def test_mailboxRedeliveredWithoutDone(self) -> None:
+        """
+        A letter its owner received but did not answer with DONE is
+        delivered again, same id, when the owner connects again; once
+        answered it is gone.
+        """
+        sender = await self.client("sender")
+        letter_id = await stored(sender.sendto("owner", "important", [b"x"]))
+        first = await self.client("owner", auto_done=False)
+        delivery = await first.recv()
+        self.assertEqual(delivery.id, letter_id)
+        await first.close()
+        second = await self.client("owner", auto_done=False)
+        self.assertEqual(await second.recv(), delivery)
+        second.done(delivery)
+        await self.round_trip(second)
+        await second.close()
+        third = await self.client("owner")
+        await self.round_trip(third)
+        self.assertEqual(third.pending(), 0)
+
+    async def test_autoDoneOnRecv(self) -> None:
+        """With auto_done (the default) recv() answers the letter: it is not delivered again."""
+        sender = await self.client("sender")
+        await stored(sender.sendto("owner", "once", []))
+        first = await self.client("owner")
+        self.assertEqual((await first.recv()).subject, "once")
+        await first.close()
+        second = await self.client("owner")
+        await self.round_trip(sender, second)
+        self.assertEqual(second.pending(), 0)
+
+    async def test_redeliveryAfterRestartDropped(self) -> None:
+        """
+        After a broker restart the letter the owner holds unanswered comes
+        again from the journal; the same client drops it as a duplicate,
+        and its later DONE reaches the new broker.
+        """
+        sender = await self.client("sender")
+        await stored(sender.sendto("owner", "held", [b"x"]))
+        owner = await self.client("owner", auto_done=False)
+        delivery = await owner.recv()
+        await self.restart_broker()
+        await wait_for(lambda: owner.duplicates == 1)
+        self.assertEqual((owner.reconnects, owner.pending()), (1, 0))
+        owner.done(delivery)
+        await self.round_trip(owner)
+        await owner.close()
+        again = await self.client("owner")
+        await self.round_trip(again)
+        self.assertEqual(again.pending(), 0)
+
+    async def test_sendWhileBrokerDownStoredAfterReconnect(self) -> None:
+        """
+        A letter sent while the broker is down reaches the restarted broker,
+        which does not know the sender (ERROR 500); it is sent again after
+        the reconnection and its Deferred fires with the id it was stored
+        under.
+        """
+        sender = await self.client("sender")
+        await self.stop_broker()
+        pending = sender.sendto("owner", "meanwhile", [b"1"])
+        await self.restart_broker()
+        letter_id = await stored(pending)
+        self.assertEqual(sender.reconnects, 1)
+        owner = await self.client("owner")
+        delivery = await owner.recv()
+        self.assertEqual((delivery.subject, delivery.id), ("meanwhile", letter_id))
+
+    async def test_resumeAfterRestart(self) -> None:
+        """
+        A consumer that finds the broker restarted resumes after the last
+        record it saw: it gets the matching messages written while it had
+        not noticed yet, with sequence numbers continuing those before the
+        restart, and nothing twice.
+        """
+        # A long heartbeat: the consumer notices the restart only at its next command.
+        consumer = await self.client("consumer", heartbeat=30.0, timeout=60.0)
+        await consumer.set_consumer("weather", r"^temp\.")
+        producer = await self.client("producer")
+        await producer.set_producer("weather")
+        for n in range(3):
+            producer.send(f"temp.{n}", [])
+        before = [await consumer.recv() for _ in range(3)]
+        await self.restart_broker()
+        await wait_for(lambda: producer.reconnects == 1 and producer.state is ClientState.CONNECTED)
+        for subject in ("temp.3", "wind.4", "temp.5"):
+            producer.send(subject, [])
+        await self.round_trip(producer)
+        self.assertEqual(consumer.reconnects, 0)
+        await consumer.remove_consumer("barrier")  # meets ERROR 500: reopen, resume
+        after = [await consumer.recv() for _ in range(2)]
+        self.assertEqual(consumer.reconnects, 1)
+        self.assertEqual(
+            [(d.sequence, d.subject) for d in before + after],
+            [(1, "temp.0"), (2, "temp.1"), (3, "temp.2"), (4, "temp.3"), (6, "temp.5")],
+        )
+        await self.round_trip(producer, consumer)
+        self.assertEqual((consumer.pending(), consumer.duplicates), (0, 0))
+
+
+class RefusalTests(ClientTestCase):
+    def extra_settings(self) -> dict[str, object]:
+        return {"limits": Limits(mailbox_max_messages=1)}
+
+    async def test_refusedSendFails(self) -> None:
+        """A letter to a full mailbox fails its Deferred with MalamuteError 300."""
+        sender = await self.client("sender")
+        await stored(sender.sendto("absent", "first", []))
+        error = await failure_of(cast(Deferred[int], sender.sendto("absent", "second", [])),
+                                 MalamuteError)
+        self.assertEqual(error.code, mlm.FAILED)

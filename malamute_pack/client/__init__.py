@@ -14,8 +14,9 @@ from malamute_pack.client.errors import (
     ClientClosedError,
     ClientError,
     MalamuteError,
+    MessageDroppedError,
 )
-from malamute_pack.client.events import Confirmation, Delivery
+from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.reactor_client import MalamuteClient
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "ClientState",
     "Confirmation",
     "Delivery",
+    "Gap",
     "MalamuteClient",
     "MalamuteError",
+    "MessageDroppedError",
 ]

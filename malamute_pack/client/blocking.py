@@ -12,6 +12,15 @@ A script that does not call the client for longer than the broker's
 timeout is expired by the broker; its next call meets ERROR 500, and the
 client opens again and replays its settings.
 
+The client speaks protocol version 2 by default (``version=1`` for the C
+broker; see L{malamute_pack.client.core}). With version 2, C{sendto} and
+C{sendfor} wait for the broker's STORED and return the message's id (raising
+L{MalamuteError} if it refused the message, or L{BrokerUnreachableError} if
+the connection is lost first: the message is then still sent when the broker
+is back, so whether it was stored is not known); C{recv} answers mailbox and
+service deliveries with DONE as it returns them (unless C{auto_done=False}:
+then call C{done(delivery)}); STREAM_GAPs go to C{on_gap}.
+
 Tests: ``tests/test_client_blocking.py``.
 """
 
@@ -28,8 +37,8 @@ import zmq
 from twisted.logger import Logger
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
-from malamute_pack.client.errors import ClientClosedError, ClientError
-from malamute_pack.client.events import Confirmation, Delivery
+from malamute_pack.client.errors import BrokerUnreachableError, ClientClosedError, ClientError
+from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.reactor_client import make_dealer
 from malamute_pack.protocol import mlm
 
@@ -52,6 +61,9 @@ class BlockingClient:
 
     The constructor connects and blocks until OK (raising L{MalamuteError}
     on ERROR, L{BrokerUnreachableError} after C{timeout} seconds).
+
+    @ivar on_gap: if set, called with each L{Gap} (version 2) as it arrives
+        (inside whichever call is waiting for input); C{gaps} counts them.
     """
 
     def __init__(
@@ -62,9 +74,14 @@ class BlockingClient:
         heartbeat: float = 1.0,
         plain: tuple[str, str] | None = None,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        version: int = 2,
+        auto_done: bool = True,
+        on_gap: Callable[[Gap], object] | None = None,
     ) -> None:
         self._clock = _MonotonicClock()
-        self._core = ClientCore(self._clock, self, address, timeout, heartbeat)
+        self._core = ClientCore(self._clock, self, address, timeout, heartbeat,
+                                version=version, auto_done=auto_done)
+        self.on_gap = on_gap
         self._socket = make_dealer(context or zmq.Context.instance(), endpoint, plain)
         # A full send queue blocks a script for at most the timeout, then drops.
         self._socket.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
@@ -100,15 +117,41 @@ class BlockingClient:
         """Messages dropped: the socket stayed full, or too many were held."""
         return self.dropped_sends + self._core.held_dropped
 
+    @property
+    def version(self) -> int:
+        """The protocol version the client speaks (1 or 2)."""
+        return self._core.version
+
+    @property
+    def duplicates(self) -> int:
+        """Redelivered records (version 2) dropped instead of handed over again."""
+        return self._core.duplicates
+
+    @property
+    def gaps(self) -> int:
+        """STREAM_GAPs received (version 2)."""
+        return self._core.gaps
+
     # Commands
 
     def set_producer(self, stream: str) -> None:
         """Publish to C{stream} from now on."""
         self._wait(lambda done: self._core.set_producer(stream, done))
 
-    def set_consumer(self, stream: str, pattern: str) -> None:
-        """Read C{stream} for the subjects C{pattern} (a regular expression) finds."""
-        self._wait(lambda done: self._core.set_consumer(stream, pattern, done))
+    def set_consumer(
+        self, stream: str, pattern: str, whence: int = mlm.LATEST, position: int = 0
+    ) -> None:
+        """
+        Read C{stream} for the subjects C{pattern} finds, from C{whence}:
+        C{mlm.LATEST} (from now on), or with version 2 C{mlm.EARLIEST},
+        C{mlm.SEQUENCE} (from message number C{position}) or C{mlm.TIME}
+        (from C{position}, milliseconds since the epoch).
+
+        @raise ValueError: for a position with version 1.
+        """
+        self._wait(
+            lambda done: self._core.set_consumer(stream, pattern, done, whence, position)
+        )
 
     def remove_consumer(self, stream: str) -> None:
         """Stop reading C{stream}."""
@@ -148,18 +191,42 @@ class BlockingClient:
     def sendto(
         self, address: str, subject: str, content: Sequence[bytes], tracker: str = "",
         timeout_ms: int = 0,
-    ) -> None:
-        """Send a letter to the mailbox C{address}."""
-        self._core.sendto(address, subject, content, tracker, timeout_ms)
-        self._tick()
+    ) -> int | None:
+        """
+        Send a letter to the mailbox C{address}.
+
+        @return: with version 1, None at once; with version 2, the message's
+            id once the broker stored it.
+        @raise MalamuteError: (version 2) the broker refused the message.
+        @raise BrokerUnreachableError: (version 2) the connection was lost
+            before STORED came; the message will still be sent.
+        """
+        if self._core.version < 2:
+            self._core.sendto(address, subject, content, tracker, timeout_ms)
+            self._tick()
+            return None
+        return self._wait_stored(
+            lambda stored: self._core.sendto(address, subject, content, tracker, timeout_ms,
+                                             stored)
+        )
 
     def sendfor(
         self, service: str, subject: str, content: Sequence[bytes], tracker: str = "",
         timeout_ms: int = 0,
-    ) -> None:
-        """Send a request to C{service}; the reply comes to our mailbox."""
-        self._core.sendfor(service, subject, content, tracker, timeout_ms)
-        self._tick()
+    ) -> int | None:
+        """
+        Send a request to C{service}; the reply comes to our mailbox.
+
+        @return: as for L{sendto}.
+        """
+        if self._core.version < 2:
+            self._core.sendfor(service, subject, content, tracker, timeout_ms)
+            self._tick()
+            return None
+        return self._wait_stored(
+            lambda stored: self._core.sendfor(service, subject, content, tracker, timeout_ms,
+                                              stored)
+        )
 
     def credit(self, amount: int) -> None:
         """Let the broker deliver at most C{amount} more messages (opt-in flow control)."""
@@ -169,11 +236,28 @@ class BlockingClient:
         """Confirm a tracked letter; its sender hears through L{recv_confirm}."""
         self._core.confirm(tracker, status_code, reason)
 
+    def done(self, delivery: Delivery, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
+        """
+        Answer a mailbox or service delivery (version 2, with
+        C{auto_done=False}) once processed: the broker removes it and passes
+        the status to a tracked message's sender.
+
+        @raise ValueError: for a delivery without an id.
+        """
+        self._core.done(delivery, status_code, reason)
+
     # Receiving
 
     def recv(self, timeout: float | None = None) -> Delivery | None:
-        """The next delivery, or None if none came within C{timeout} seconds."""
-        return self._next(self._deliveries, timeout)
+        """
+        The next delivery, or None if none came within C{timeout} seconds.
+        With C{auto_done}, a mailbox or service record is answered with DONE
+        as it is returned.
+        """
+        delivery = self._next(self._deliveries, timeout)
+        if delivery is not None:
+            self._core.handed_over(delivery)
+        return delivery
 
     def recv_confirm(self, timeout: float | None = None) -> Confirmation | None:
         """The next forwarded CONFIRM, or None if none came within C{timeout} seconds."""
@@ -214,6 +298,15 @@ class BlockingClient:
     def confirmed(self, confirmation: Confirmation) -> None:
         self._confirmations.append(confirmation)
 
+    def gap(self, gap: Gap) -> None:
+        callback = self.on_gap
+        if callback is None:
+            return
+        try:
+            callback(gap)
+        except Exception:
+            _log.failure("on_gap raised")
+
     # Driving the core
 
     def _wait(self, start: Callable[[Done], None]) -> None:
@@ -224,6 +317,21 @@ class BlockingClient:
             self._turn(None)
         if result[0] is not None:
             raise result[0]
+
+    def _wait_stored(self, send: Callable[[Callable[[int | ClientError], None]], None]) -> int:
+        """Send a message that gets STORED; turn the loop until it comes."""
+        result: list[int | ClientError] = []
+        send(result.append)
+        while not result:
+            if self._core.state is ClientState.DISCONNECTED:
+                raise BrokerUnreachableError(
+                    f"nothing heard from the broker for {self._core.timeout}s; the message is "
+                    "held and will be sent when it answers"
+                )
+            self._turn(None)
+        if isinstance(result[0], ClientError):
+            raise result[0]
+        return result[0]
 
     def _turn(self, until: float | None) -> None:
         """Wait for input until C{until} or the core's next timer; handle both."""

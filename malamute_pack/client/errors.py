@@ -38,3 +38,10 @@ class ClientClosedError(ClientError):
 
 class BadEndpointError(ClientError):
     """ZeroMQ refused the endpoint (a syntax error or an unknown transport)."""
+
+
+class MessageDroppedError(ClientError):
+    """
+    A message waiting for its STORED was dropped unsent: too many messages
+    were held while the connection was not usable.
+    """

@@ -1,6 +1,7 @@
 """
 What a Malamute client hands to the application: deliveries (stream,
-mailbox and service messages) and the confirmations the broker forwards.
+mailbox and service messages), the confirmations the broker forwards, and
+stream gaps (protocol version 2).
 
 Tests: ``tests/test_client_core.py``.
 """
@@ -18,12 +19,23 @@ class Delivery:
     """
     One message the broker delivered.
 
+    With protocol version 2 the broker sends STREAM_RECORD, MAILBOX_RECORD
+    and SERVICE_RECORD; they arrive as the same deliveries (same C{command}
+    strings as version 1) with the extra fields set.
+
     @ivar command: which kind of delivery it is.
     @ivar sender: the sender's address ("" for an anonymous sender).
     @ivar address: the stream name (STREAM_DELIVER), the mailbox owner
         (MAILBOX_DELIVER) or the service name (SERVICE_DELIVER).
     @ivar tracker: the sender's tracker ("" for stream messages and for
         untracked letters); a tracked letter waits for L{confirm}.
+    @ivar sequence: (version 2 stream messages) the message's number in its
+        stream: 1, 2, 3... without gaps.
+    @ivar timestamp: (version 2 stream messages) when the broker stored it,
+        in seconds since the epoch.
+    @ivar id: (version 2 mailbox and service messages) the message's id in
+        the broker's journal, stable across broker restarts; the message is
+        kept until it is answered with DONE.
     """
 
     command: DeliveryCommand
@@ -32,6 +44,9 @@ class Delivery:
     subject: str
     tracker: str
     content: tuple[bytes, ...]
+    sequence: int | None = None
+    timestamp: float | None = None
+    id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +56,19 @@ class Confirmation:
     tracker: str
     status_code: int
     status_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """
+    STREAM_GAP (version 2): retention removed stream messages this reader
+    had not received yet; delivery goes on from C{available}.
+
+    @ivar stream: the stream.
+    @ivar missed: the first sequence number the reader wanted.
+    @ivar available: the first sequence number still retained.
+    """
+
+    stream: str
+    missed: int
+    available: int

@@ -15,6 +15,15 @@ too long for the wire (over 255 bytes) raise ValueError at the call. When the
 broker forgets the client (it restarted, or expired it), the core opens
 again and replays the settings; C{reconnects} counts those times.
 
+The client speaks protocol version 2 by default (``version=1`` for the C
+broker); see L{malamute_pack.client.core} for what that adds. With version
+2, C{sendto} and C{sendfor} return a Deferred that fires with the message's
+id once the broker stored it (failing with L{MalamuteError} if it refused
+it); mailbox and service deliveries are answered with DONE when C{recv()}
+hands them over or C{on_delivery} returns (or, with C{auto_done=False}, when
+the application calls C{done(delivery)}); C{set_consumer} can start from a
+position (C{whence}); STREAM_GAPs go to C{on_gap} or C{recv_gap()}.
+
 Tests: ``tests/test_client_reactor.py``.
 """
 
@@ -29,9 +38,9 @@ from twisted.internet.defer import Deferred, DeferredQueue
 from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
-from malamute_pack.client.core import ClientCore, ClientState
+from malamute_pack.client.core import ClientCore, ClientState, Done
 from malamute_pack.client.errors import BadEndpointError, ClientClosedError, ClientError
-from malamute_pack.client.events import Confirmation, Delivery
+from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.protocol import mlm
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
@@ -89,6 +98,8 @@ class MalamuteClient:
 
     @ivar on_delivery: if set, called with each L{Delivery} instead of
         queueing it for L{recv}.
+    @ivar on_gap: if set, called with each L{Gap} (version 2) instead of
+        queueing it for L{recv_gap}.
     """
 
     def __init__(
@@ -99,14 +110,20 @@ class MalamuteClient:
         timeout: float = 5.0,
         heartbeat: float = 1.0,
         on_delivery: Callable[[Delivery], object] | None = None,
+        version: int = 2,
+        auto_done: bool = True,
+        on_gap: Callable[[Gap], object] | None = None,
     ) -> None:
         self._clock = cast(_Timers, reactor)
-        self._core = ClientCore(self._clock, self, address, timeout, heartbeat)
+        self._core = ClientCore(self._clock, self, address, timeout, heartbeat,
+                                version=version, auto_done=auto_done)
         self._socket = ZmqSocket(reactor, socket, self._received)
         self._deliveries: DeferredQueue[Delivery] = DeferredQueue()
         self._confirmations: DeferredQueue[Confirmation] = DeferredQueue()
+        self._gaps: DeferredQueue[Gap] = DeferredQueue()
         self._timer: _DelayedCall | None = None
         self.on_delivery = on_delivery
+        self.on_gap = on_gap
 
     @classmethod
     def connect(
@@ -119,6 +136,9 @@ class MalamuteClient:
         plain: tuple[str, str] | None = None,
         on_delivery: Callable[[Delivery], object] | None = None,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        version: int = 2,
+        auto_done: bool = True,
+        on_gap: Callable[[Gap], object] | None = None,
     ) -> Deferred[MalamuteClient]:
         """
         Connect to the broker at C{endpoint} as C{address} ("" = anonymous).
@@ -127,6 +147,12 @@ class MalamuteClient:
             silence after which the connection counts as lost.
         @param heartbeat: seconds between CONNECTION_PINGs.
         @param plain: (user, password) for PLAIN security.
+        @param version: the protocol version: 2 (journaled streams, durable
+            mailboxes and queues, docs/protocol.md) or 1 (libmlm's, for the
+            C broker).
+        @param auto_done: (version 2) answer each mailbox and service
+            delivery with DONE 200 when it is handed to the application;
+            if False the application calls L{done}.
         @return: fires with the client once the broker said OK; fails with
             L{MalamuteError} on ERROR, L{BrokerUnreachableError} on timeout,
             L{BadEndpointError} if ZeroMQ refuses the endpoint.
@@ -136,8 +162,9 @@ class MalamuteClient:
         except ClientError as e:
             return defer.fail(e)
         try:
-            client = cls(reactor, socket, address, timeout, heartbeat, on_delivery)
-        except ValueError as e:  # bad timings, or an address too long for the wire
+            client = cls(reactor, socket, address, timeout, heartbeat, on_delivery, version,
+                         auto_done, on_gap)
+        except ValueError as e:  # bad timings or version, or an address too long for the wire
             socket.close(linger=0)
             return defer.fail(e)
         d: Deferred[MalamuteClient] = Deferred()
@@ -174,27 +201,53 @@ class MalamuteClient:
         """Messages dropped: the socket's queue was full, or too many were held."""
         return self._socket.dropped + self._core.held_dropped
 
+    @property
+    def version(self) -> int:
+        """The protocol version the client speaks (1 or 2)."""
+        return self._core.version
+
+    @property
+    def duplicates(self) -> int:
+        """Redelivered records (version 2) dropped instead of handed over again."""
+        return self._core.duplicates
+
+    @property
+    def gaps(self) -> int:
+        """STREAM_GAPs received (version 2)."""
+        return self._core.gaps
+
     # Commands
 
     def set_producer(self, stream: str) -> Deferred[None]:
         """Publish to C{stream} from now on."""
-        return self._command(self._core.set_producer, stream)
+        return self._command(lambda done: self._core.set_producer(stream, done))
 
-    def set_consumer(self, stream: str, pattern: str) -> Deferred[None]:
-        """Read C{stream} for the subjects C{pattern} (a regular expression) finds."""
-        return self._command(self._core.set_consumer, stream, pattern)
+    def set_consumer(
+        self, stream: str, pattern: str, whence: int = mlm.LATEST, position: int = 0
+    ) -> Deferred[None]:
+        """
+        Read C{stream} for the subjects C{pattern} finds, from C{whence}:
+        C{mlm.LATEST} (from now on), or with version 2 C{mlm.EARLIEST},
+        C{mlm.SEQUENCE} (from message number C{position}) or C{mlm.TIME}
+        (from C{position}, milliseconds since the epoch).
+
+        @raise ValueError: at the call, for a position with version 1.
+        """
+        return self._command(
+            lambda done: self._core.set_consumer(stream, pattern, done, whence, position)
+        )
 
     def remove_consumer(self, stream: str) -> Deferred[None]:
         """Stop reading C{stream}."""
-        return self._command(self._core.remove_consumer, stream)
+        return self._command(lambda done: self._core.remove_consumer(stream, done))
 
     def set_worker(self, service: str, pattern: str) -> Deferred[None]:
         """Serve requests to C{service} whose subjects C{pattern} finds."""
-        return self._command(self._core.set_worker, service, pattern)
+        return self._command(lambda done: self._core.set_worker(service, pattern, done))
 
-    def _command(self, method: Callable[..., None], *args: str) -> Deferred[None]:
+    def _command(self, start: Callable[[Done], None]) -> Deferred[None]:
         d: Deferred[None] = Deferred()
-        method(*args, _settle(d))
+        start(_settle(d))
         self._reschedule()
         return d
 
@@ -219,16 +272,37 @@ class MalamuteClient:
     def sendto(
         self, address: str, subject: str, content: Sequence[bytes], tracker: str = "",
         timeout_ms: int = 0,
-    ) -> None:
-        """Send a letter to the mailbox C{address}."""
-        self._core.sendto(address, subject, content, tracker, timeout_ms)
+    ) -> Deferred[int] | None:
+        """
+        Send a letter to the mailbox C{address}.
+
+        @return: with version 1, None; with version 2, a Deferred that fires
+            with the message's id once the broker stored it, or fails with
+            L{MalamuteError} if it refused it (e.g. 300, a full mailbox) or
+            L{ClientClosedError} if the client closed first.
+        """
+        if self._core.version < 2:
+            self._core.sendto(address, subject, content, tracker, timeout_ms)
+            return None
+        d: Deferred[int] = Deferred()
+        self._core.sendto(address, subject, content, tracker, timeout_ms, _settle_stored(d))
+        return d
 
     def sendfor(
         self, service: str, subject: str, content: Sequence[bytes], tracker: str = "",
         timeout_ms: int = 0,
-    ) -> None:
-        """Send a request to C{service}; the reply comes to our mailbox."""
-        self._core.sendfor(service, subject, content, tracker, timeout_ms)
+    ) -> Deferred[int] | None:
+        """
+        Send a request to C{service}; the reply comes to our mailbox.
+
+        @return: as for L{sendto}.
+        """
+        if self._core.version < 2:
+            self._core.sendfor(service, subject, content, tracker, timeout_ms)
+            return None
+        d: Deferred[int] = Deferred()
+        self._core.sendfor(service, subject, content, tracker, timeout_ms, _settle_stored(d))
+        return d
 
     def credit(self, amount: int) -> None:
         """Let the broker deliver at most C{amount} more messages (opt-in flow control)."""
@@ -238,14 +312,34 @@ class MalamuteClient:
         """Confirm a tracked letter; its sender hears through L{recv_confirm}."""
         self._core.confirm(tracker, status_code, reason)
 
+    def done(self, delivery: Delivery, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
+        """
+        Answer a mailbox or service delivery (version 2, with
+        C{auto_done=False}) once processed: the broker removes it and passes
+        the status to a tracked message's sender.
+
+        @raise ValueError: for a delivery without an id.
+        """
+        self._core.done(delivery, status_code, reason)
+
     # Receiving
 
     def recv(self) -> Deferred[Delivery]:
         """
         The next delivery (stream, mailbox or service message). Deliveries
-        that arrive while C{on_delivery} is set go to it instead.
+        that arrive while C{on_delivery} is set go to it instead. With
+        C{auto_done}, a mailbox or service record is answered with DONE as
+        it is handed over here.
         """
-        return self._get(self._deliveries)
+        return self._get(self._deliveries).addCallback(self._hand_over)
+
+    def _hand_over(self, delivery: Delivery) -> Delivery:
+        self._core.handed_over(delivery)
+        return delivery
+
+    def recv_gap(self) -> Deferred[Gap]:
+        """The next STREAM_GAP (version 2), unless C{on_gap} is set."""
+        return self._get(self._gaps)
 
     def recv_confirm(self) -> Deferred[Confirmation]:
         """The next CONFIRM the broker forwarded about a letter we sent."""
@@ -274,9 +368,22 @@ class MalamuteClient:
             callback(delivery)
         except Exception:
             _log.failure("on_delivery raised; the delivery is lost")
+            self._core.handed_over(delivery, mlm.FAILED, "the recipient failed to process it")
+        else:
+            self._core.handed_over(delivery)
 
     def confirmed(self, confirmation: Confirmation) -> None:
         self._confirmations.put(confirmation)
+
+    def gap(self, gap: Gap) -> None:
+        callback = self.on_gap
+        if callback is None:
+            self._gaps.put(gap)
+            return
+        try:
+            callback(gap)
+        except Exception:
+            _log.failure("on_gap raised")
 
     # Driving the core
 
@@ -312,10 +419,22 @@ class MalamuteClient:
             self._timer.cancel()
         self._timer = None
         self._socket.close()
-        for queue in (self._deliveries, self._confirmations):
+        for queue in (self._deliveries, self._confirmations, self._gaps):
             waiting: list[Deferred[object]] = queue.waiting  # type: ignore[assignment]
             while waiting:
                 waiting.pop(0).errback(ClientClosedError("the client was closed"))
+
+
+def _settle_stored(d: Deferred[int]) -> Callable[[int | ClientError], None]:
+    """A core STORED callback that fires C{d}."""
+
+    def stored(result: int | ClientError) -> None:
+        if isinstance(result, ClientError):
+            d.errback(result)
+        else:
+            d.callback(result)
+
+    return stored
 
 
 def _settle(d: Deferred[None]) -> Callable[[ClientError | None], None]:
