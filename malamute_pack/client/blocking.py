@@ -39,6 +39,7 @@ from twisted.logger import Logger
 from malamute_pack.client.core import ClientCore, ClientState, Done
 from malamute_pack.client.errors import BrokerUnreachableError, ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.facade import CoreFacade
 from malamute_pack.client.reactor_client import make_dealer
 from malamute_pack.protocol import mlm
 
@@ -55,7 +56,7 @@ class _MonotonicClock:
         return time.monotonic()
 
 
-class BlockingClient:
+class BlockingClient(CoreFacade):
     """
     A connection to a Malamute broker for code without a reactor.
 
@@ -79,8 +80,9 @@ class BlockingClient:
         on_gap: Callable[[Gap], object] | None = None,
     ) -> None:
         self._clock = _MonotonicClock()
-        self._core = ClientCore(self._clock, self, address, timeout, heartbeat,
-                                version=version, auto_done=auto_done)
+        self._core = ClientCore(
+            self._clock, self, address, timeout, heartbeat, version=version, auto_done=auto_done
+        )
         self.on_gap = on_gap
         self._socket = make_dealer(context or zmq.Context.instance(), endpoint, plain)
         # A full send queue blocks a script for at most the timeout, then drops.
@@ -100,37 +102,9 @@ class BlockingClient:
     # State
 
     @property
-    def state(self) -> ClientState:
-        return self._core.state
-
-    @property
-    def address(self) -> str:
-        return self._core.address
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the broker forgot us and we opened again and replayed."""
-        return self._core.reconnects
-
-    @property
     def dropped(self) -> int:
         """Messages dropped: the socket stayed full, or too many were held."""
         return self.dropped_sends + self._core.held_dropped
-
-    @property
-    def version(self) -> int:
-        """The protocol version the client speaks (1 or 2)."""
-        return self._core.version
-
-    @property
-    def duplicates(self) -> int:
-        """Redelivered records (version 2) dropped instead of handed over again."""
-        return self._core.duplicates
-
-    @property
-    def gaps(self) -> int:
-        """STREAM_GAPs received (version 2)."""
-        return self._core.gaps
 
     # Commands
 
@@ -149,9 +123,7 @@ class BlockingClient:
 
         @raise ValueError: for a position with version 1.
         """
-        self._wait(
-            lambda done: self._core.set_consumer(stream, pattern, done, whence, position)
-        )
+        self._wait(lambda done: self._core.set_consumer(stream, pattern, done, whence, position))
 
     def remove_consumer(self, stream: str) -> None:
         """Stop reading C{stream}."""
@@ -189,7 +161,11 @@ class BlockingClient:
         self._tick()
 
     def sendto(
-        self, address: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        self,
+        address: str,
+        subject: str,
+        content: Sequence[bytes],
+        tracker: str = "",
         timeout_ms: int = 0,
     ) -> int | None:
         """
@@ -206,12 +182,15 @@ class BlockingClient:
             self._tick()
             return None
         return self._wait_stored(
-            lambda stored: self._core.sendto(address, subject, content, tracker, timeout_ms,
-                                             stored)
+            lambda stored: self._core.sendto(address, subject, content, tracker, timeout_ms, stored)
         )
 
     def sendfor(
-        self, service: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        self,
+        service: str,
+        subject: str,
+        content: Sequence[bytes],
+        tracker: str = "",
         timeout_ms: int = 0,
     ) -> int | None:
         """
@@ -224,27 +203,10 @@ class BlockingClient:
             self._tick()
             return None
         return self._wait_stored(
-            lambda stored: self._core.sendfor(service, subject, content, tracker, timeout_ms,
-                                              stored)
+            lambda stored: self._core.sendfor(
+                service, subject, content, tracker, timeout_ms, stored
+            )
         )
-
-    def credit(self, amount: int) -> None:
-        """Let the broker deliver at most C{amount} more messages (opt-in flow control)."""
-        self._core.credit(amount)
-
-    def confirm(self, tracker: str, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
-        """Confirm a tracked letter; its sender hears through L{recv_confirm}."""
-        self._core.confirm(tracker, status_code, reason)
-
-    def done(self, delivery: Delivery, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
-        """
-        Answer a mailbox or service delivery (version 2, with
-        C{auto_done=False}) once processed: the broker removes it and passes
-        the status to a tracked message's sender.
-
-        @raise ValueError: for a delivery without an id.
-        """
-        self._core.done(delivery, status_code, reason)
 
     # Receiving
 
@@ -289,8 +251,9 @@ class BlockingClient:
             self._socket.send_multipart(frames)
         except zmq.Again:
             self.dropped_sends += 1
-            _log.warn("message dropped: the send queue stayed full ({n} so far)",
-                      n=self.dropped_sends)
+            _log.warn(
+                "message dropped: the send queue stayed full ({n} so far)", n=self.dropped_sends
+            )
 
     def delivered(self, delivery: Delivery) -> None:
         self._deliveries.append(delivery)

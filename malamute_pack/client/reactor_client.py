@@ -41,6 +41,7 @@ from twisted.logger import Logger
 from malamute_pack.client.core import ClientCore, ClientState, Done
 from malamute_pack.client.errors import BadEndpointError, ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.facade import CoreFacade
 from malamute_pack.protocol import mlm
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
@@ -90,7 +91,7 @@ def make_dealer(
     return socket
 
 
-class MalamuteClient:
+class MalamuteClient(CoreFacade):
     """
     A connection to a Malamute broker, in the reactor.
 
@@ -115,8 +116,9 @@ class MalamuteClient:
         on_gap: Callable[[Gap], object] | None = None,
     ) -> None:
         self._clock = cast(_Timers, reactor)
-        self._core = ClientCore(self._clock, self, address, timeout, heartbeat,
-                                version=version, auto_done=auto_done)
+        self._core = ClientCore(
+            self._clock, self, address, timeout, heartbeat, version=version, auto_done=auto_done
+        )
         self._socket = ZmqSocket(reactor, socket, self._received)
         self._deliveries: DeferredQueue[Delivery] = DeferredQueue()
         self._confirmations: DeferredQueue[Confirmation] = DeferredQueue()
@@ -162,8 +164,17 @@ class MalamuteClient:
         except ClientError as e:
             return defer.fail(e)
         try:
-            client = cls(reactor, socket, address, timeout, heartbeat, on_delivery, version,
-                         auto_done, on_gap)
+            client = cls(
+                reactor,
+                socket,
+                address,
+                timeout,
+                heartbeat,
+                on_delivery,
+                version,
+                auto_done,
+                on_gap,
+            )
         except ValueError as e:  # bad timings or version, or an address too long for the wire
             socket.close(linger=0)
             return defer.fail(e)
@@ -184,37 +195,9 @@ class MalamuteClient:
     # State
 
     @property
-    def state(self) -> ClientState:
-        return self._core.state
-
-    @property
-    def address(self) -> str:
-        return self._core.address
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the broker forgot us and we opened again and replayed."""
-        return self._core.reconnects
-
-    @property
     def dropped(self) -> int:
         """Messages dropped: the socket's queue was full, or too many were held."""
         return self._socket.dropped + self._core.held_dropped
-
-    @property
-    def version(self) -> int:
-        """The protocol version the client speaks (1 or 2)."""
-        return self._core.version
-
-    @property
-    def duplicates(self) -> int:
-        """Redelivered records (version 2) dropped instead of handed over again."""
-        return self._core.duplicates
-
-    @property
-    def gaps(self) -> int:
-        """STREAM_GAPs received (version 2)."""
-        return self._core.gaps
 
     # Commands
 
@@ -270,7 +253,11 @@ class MalamuteClient:
         self._core.send(subject, content)
 
     def sendto(
-        self, address: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        self,
+        address: str,
+        subject: str,
+        content: Sequence[bytes],
+        tracker: str = "",
         timeout_ms: int = 0,
     ) -> Deferred[int] | None:
         """
@@ -289,7 +276,11 @@ class MalamuteClient:
         return d
 
     def sendfor(
-        self, service: str, subject: str, content: Sequence[bytes], tracker: str = "",
+        self,
+        service: str,
+        subject: str,
+        content: Sequence[bytes],
+        tracker: str = "",
         timeout_ms: int = 0,
     ) -> Deferred[int] | None:
         """
@@ -303,24 +294,6 @@ class MalamuteClient:
         d: Deferred[int] = Deferred()
         self._core.sendfor(service, subject, content, tracker, timeout_ms, _settle_stored(d))
         return d
-
-    def credit(self, amount: int) -> None:
-        """Let the broker deliver at most C{amount} more messages (opt-in flow control)."""
-        self._core.credit(amount)
-
-    def confirm(self, tracker: str, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
-        """Confirm a tracked letter; its sender hears through L{recv_confirm}."""
-        self._core.confirm(tracker, status_code, reason)
-
-    def done(self, delivery: Delivery, status_code: int = mlm.SUCCESS, reason: str = "") -> None:
-        """
-        Answer a mailbox or service delivery (version 2, with
-        C{auto_done=False}) once processed: the broker removes it and passes
-        the status to a tracked message's sender.
-
-        @raise ValueError: for a delivery without an id.
-        """
-        self._core.done(delivery, status_code, reason)
 
     # Receiving
 
