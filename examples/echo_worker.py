@@ -32,8 +32,9 @@ async def serve(reactor: Any, args: argparse.Namespace) -> None:
             continue
         # The reply goes to the requester's mailbox (its address is the sender);
         # with protocol version 2 we wait until the broker has stored it.
-        stored = client.sendto(request.sender, request.subject, request.content,
-                               tracker=request.tracker)
+        stored = client.sendto(
+            request.sender, request.subject, request.content, tracker=request.tracker
+        )
         if stored is not None:
             await stored
         if request.tracker:

@@ -36,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
             bob.sendto(letter.sender, "re: " + letter.subject, [b"Hello Alice!"])
         confirmation = alice.recv_confirm(timeout=args.timeout)
         if confirmation is not None:
-            print(f"alice: {confirmation.tracker} confirmed: {confirmation.status_code} "
-                  f"{confirmation.status_reason}")
+            print(
+                f"alice: {confirmation.tracker} confirmed: {confirmation.status_code} "
+                f"{confirmation.status_reason}"
+            )
         answer = alice.recv(timeout=args.timeout)
         if answer is None:
             print("alice: no answer arrived", file=sys.stderr)

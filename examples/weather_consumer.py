@@ -36,8 +36,11 @@ async def consume(reactor: Any, args: argparse.Namespace) -> None:
     while args.count == 0 or received < args.count:
         delivery = await client.recv()
         value = b" ".join(delivery.content).decode(errors="replace")
-        print(f"#{delivery.sequence} {delivery.subject} {value} "
-              f"(from {delivery.sender or 'anonymous'})", flush=True)
+        print(
+            f"#{delivery.sequence} {delivery.subject} {value} "
+            f"(from {delivery.sender or 'anonymous'})",
+            flush=True,
+        )
         received += 1
     await client.close()
 
@@ -47,8 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--endpoint", default="ipc://@/malamute")
     parser.add_argument("--pattern", action="append", help="subject regex (repeatable)")
     parser.add_argument("--count", type=int, default=0, help="readings to print (0: forever)")
-    parser.add_argument("--from-start", action="store_true",
-                        help="first the readings the journal still holds")
+    parser.add_argument(
+        "--from-start", action="store_true", help="first the readings the journal still holds"
+    )
     args = parser.parse_args(argv)
     task.react(lambda reactor: defer.ensureDeferred(consume(reactor, args)))
 

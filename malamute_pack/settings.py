@@ -156,7 +156,9 @@ def _journal_config(config: dict[str, list[str]], base: JournalConfig) -> Journa
         if key.startswith(streams) and key.count("/") == 4:
             name = key[len(streams) :].rsplit("/", 1)[0]
             per_stream[name] = _retention(
-                config, streams + name, per_stream.get(name, changes["retention"])  # type: ignore[arg-type]
+                config,
+                streams + name,
+                per_stream.get(name, changes["retention"]),  # type: ignore[arg-type]
             )
     changes["per_stream_retention"] = per_stream
     try:

@@ -1,10 +1,12 @@
 """
 ``twistd malamute``: the command-line options and the service they make.
 
-The service is a L{MultiService} of the ZAP handler (when PLAIN is on), the
-journal (unless ``--no-journal``) and the ROUTER socket that feeds the
-broker model; everything but the journal's writer and reader threads runs
-in the reactor thread.
+The service is a L{MultiService} of, in start order: the ZAP handler (when
+PLAIN is on), the journal (unless ``--no-journal``; it opens and hands the
+letters it recovered to the broker), the broker model (L{BrokerService}:
+its timers) and the ROUTER socket whose sessions feed the model. They stop
+in the reverse order. Everything but the journal's writer and reader
+threads runs in the reactor thread.
 
 Tests: ``tests/test_tap.py``.
 """
@@ -15,7 +17,7 @@ import dataclasses
 from pathlib import Path
 
 import zmq
-from twisted.application.service import IService, MultiService
+from twisted.application.service import IService, MultiService, Service
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.python import usage
 
@@ -23,7 +25,7 @@ from malamute_pack import settings as _settings
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.journal import Journal, Recovered
 from malamute_pack.journal.service import JournalService
-from malamute_pack.transport.router import RouterService, RouterSink
+from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zap import PasswordFileError, ZapHandler, load_passwords
 from malamute_pack.zpl import ZplError, load_zpl
 
@@ -82,6 +84,21 @@ class Options(usage.Options):
         return _settings.check(result)
 
 
+class BrokerService(Service):
+    """The broker model's lifetime: its timers run while the service runs."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def startService(self) -> None:
+        self.broker.start()
+        super().startService()
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.broker.stop()
+
+
 def makeBrokerService(
     settings: _settings.Settings,
     reactor: IReactorFDSet | None = None,
@@ -107,14 +124,11 @@ def makeBrokerService(
         zap.setName("zap")
         zap.setServiceParent(top)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    sink = RouterSink()
     clock: IReactorTime = reactor  # type: ignore[assignment]
     journal = (
-        Journal(settings.journal_path, clock, settings.journal_config)
-        if settings.journal else None
-    )  # fmt: skip
+        Journal(settings.journal_path, clock, settings.journal_config) if settings.journal else None
+    )
     broker = Broker(
-        sink,
         clock,
         BrokerConfig(
             timeout=settings.timeout_ms / 1000.0,
@@ -124,11 +138,16 @@ def makeBrokerService(
         journal,
     )
     if journal is not None:
-        # Started before the router: letters are back before clients come.
+        # Started first: letters are back in their queues before clients come.
         opener = JournalService(journal, lambda found: _restore(broker, found))
         opener.setName("journal")
         opener.setServiceParent(top)
-    router = RouterService(reactor, context, broker, sink, settings.endpoints, plain=plain)
+    model = BrokerService(broker)
+    model.setName("broker")
+    model.setServiceParent(top)
+    router = RouterService(
+        reactor, context, broker, settings.limits, settings.endpoints, plain=plain
+    )
     router.setName("router")
     router.setServiceParent(top)
     return top

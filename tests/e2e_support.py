@@ -8,9 +8,6 @@ Tests: used by ``tests/test_end_to_end.py``.
 
 from __future__ import annotations
 
-import itertools
-import os
-import socket
 from collections import deque
 from collections.abc import Sequence
 
@@ -20,26 +17,27 @@ from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 
+from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
-_names = itertools.count()
-
 
 def ipc_endpoint() -> str:
     """A fresh abstract-namespace ipc endpoint."""
-    return f"ipc://@/malamute-test-{os.getpid()}-{next(_names)}"
+    return fresh_ipc_endpoint("test")
 
 
 def tcp_endpoint() -> str:
-    """A tcp endpoint on loopback with a port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"tcp://127.0.0.1:{port}"
+    """
+    A tcp endpoint on loopback for a broker to bind: its C{*} port lets
+    ZeroMQ pick a free one when binding, so no other process can take it
+    in between. Connect to what the router reports it bound
+    (C{router.bound}, from L{start_broker}).
+    """
+    return ANY_TCP_PORT
 
 
 def the_reactor() -> IReactorFDSet:
@@ -53,7 +51,10 @@ def clock() -> IReactorTime:
 def start_broker(
     settings: Settings, context: zmq.Context[zmq.Socket[bytes]]
 ) -> tuple[MultiService, RouterService]:
-    """Start a broker service for C{settings}; return it and its router."""
+    """
+    Start a broker service for C{settings}; return it and its router, whose
+    C{bound} lists the endpoints it really bound (a C{*} port resolved).
+    """
     service = makeBrokerService(settings, the_reactor(), context)
     service.startService()
     router = service.getServiceNamed("router")

@@ -1,17 +1,24 @@
 """
-Helpers shared by the test modules: skipping slow system tests and locating
-the shared reference material.
+Helpers shared by the test modules: skipping slow system tests, locating
+the shared reference material, and small full disks (a tmpfs mounted for
+one test, and filling it).
 
 Slow system tests (real broker processes, kill -9 runs, tmpfs mounts) run in
 CI and are skipped locally with ``MALAMUTE_SKIP_SLOW=1``.
 
-Tests: this module is exercised by every test module that imports it.
+Tests: this module is exercised by every test module that imports it
+(``tests/test_journal_disk_full.py`` and ``tests/test_system_durability.py``
+for the disks).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 from pathlib import Path
+
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 SHARED = Path(os.environ.get("MALAMUTE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 
@@ -21,3 +28,35 @@ skip_slow: str | None = (
     if os.environ.get("MALAMUTE_SKIP_SLOW")
     else None
 )
+
+
+def mount_tmpfs(case: SynchronousTestCase, path: Path, size: str) -> None:
+    """
+    Mount a tmpfs of C{size} (C{"256k"}, C{"1m"}) on C{path}, made if
+    missing, and unmount it when C{case} ends: after every cleanup
+    registered later (a journal's close, a broker's stop) has run.
+
+    @raise SkipTest: where this process may not mount one (not root).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        raise SkipTest(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    case.addCleanup(subprocess.run, ["umount", str(path)], check=True)
+
+
+def fill_disk(path: Path) -> int:
+    """Write the file C{path} until its file system has no space left; the bytes written."""
+    written = 0
+    with path.open("wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(b"\0" * 4096)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                return written

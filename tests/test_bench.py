@@ -1,25 +1,36 @@
 """
 Tests for L{malamute_pack.bench}: the figures a scenario's reports make, the
-journal comparison, which scenarios run on which broker, the frames the
-load encodes by hand, and short real runs of ``python -m
-malamute_pack.bench`` (broker processes and load processes), which are
-slow system tests.
+journal comparison, which scenarios run on which broker, each load role
+against a scripted broker side on real sockets; and, as slow system tests,
+L{malamute_pack.bench.brokerprocess} (the broker as a real process, which
+the tests use too) and short real runs of ``python -m malamute_pack.bench``
+(broker processes and load processes).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import load
 from malamute_pack.bench.__main__ import parse
-from malamute_pack.bench.brokerprocess import BrokerProcess
+from malamute_pack.bench.brokerprocess import (
+    ANY_TCP_PORT,
+    PROJECT_ROOT,
+    BrokerError,
+    BrokerProcess,
+    fresh_ipc_endpoint,
+)
 from malamute_pack.bench.scenarios import (
     SCENARIOS,
     BrokerRun,
@@ -29,8 +40,6 @@ from malamute_pack.bench.scenarios import (
 )
 from malamute_pack.protocol import mlm
 from tests.support import skip_slow
-
-ROOT = Path(__file__).resolve().parents[1]
 
 COMMON = ["scenario", "journal", "n", "secs", "msgs_per_s", "lost"]
 KEYS = {
@@ -47,7 +56,7 @@ COST_KEYS = ["scenario", "on_msgs_per_s", "off_msgs_per_s", "ratio"]
 def _bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "malamute_pack.bench", *args],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -76,8 +85,7 @@ class FiguresTests(SynchronousTestCase):
         line = Result(scenario, 100, tuple(reports)).line()
         self.assertEqual(
             line,
-            "scenario=stream_fanout10 n=100 secs=2.000 msgs_per_s=50 lost=10 "
-            "delivered_per_s=495",
+            "scenario=stream_fanout10 n=100 secs=2.000 msgs_per_s=50 lost=10 delivered_per_s=495",
         )
 
     def test_roundTripFigures(self) -> None:
@@ -223,20 +231,265 @@ class OptionsTests(SynchronousTestCase):
         self.assertIn("--window must be at least 1", self._refused("--window", "0"))
 
 
-class FramesTests(SynchronousTestCase):
-    def test_doneHeader(self) -> None:
-        """The hand-packed DONE header is the codec's DONE(id, 200, "")."""
-        for letter_id in (0, 1, 2**40 + 3, 2**64 - 1):
-            self.assertEqual(
-                load.done_header(letter_id), mlm.encode_header(mlm.Done(letter_id, mlm.SUCCESS))
-            )
+class BrokerSide:
+    """
+    A ROUTER socket that plays the broker's side for one load link: it
+    sends the link whatever a test scripts, and gives back, decoded, what
+    the link sent.
+    """
 
-    def test_storedCode(self) -> None:
-        """The status code is read past the STORED's tracker, whatever its length."""
-        for tracker in ("", "t", "x" * 255):
-            for code in (mlm.SUCCESS, mlm.FAILED):
-                header = mlm.encode_header(mlm.Stored(7, tracker, code, "why"))
-                self.assertEqual(load.stored_code(header), code)
+    def __init__(self, case: SynchronousTestCase) -> None:
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        case.addCleanup(self.context.term)
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        case.addCleanup(self.router.close)
+        self.endpoint = fresh_ipc_endpoint("bench-test")
+        self.router.bind(self.endpoint)
+        self.link = load.Link(self.endpoint, ping_interval=60.0)
+        # Cleanups run last first: the socket closes before its context ends.
+        case.addCleanup(self.link.context.term)
+        case.addCleanup(self.link.socket.close, 0)
+        # The link's first message tells the ROUTER its routing id.
+        self.link.socket.send_multipart(mlm.encode(mlm.ConnectionPing()))
+        self.route = self.router.recv_multipart()[0]
+
+    def send(self, *messages: mlm.Message) -> None:
+        for message in messages:
+            self.router.send_multipart([self.route, *mlm.encode(message)])
+
+    def received(self) -> list[mlm.Message]:
+        """What the link has sent since, decoded."""
+        got = []
+        while self.router.poll(200):
+            got.append(mlm.decode(self.router.recv_multipart()[1:]))
+        return got
+
+
+class LoadTests(SynchronousTestCase):
+    """Each role's work against a scripted broker side on real sockets."""
+
+    def test_countAnswersRecordsWithDone(self) -> None:
+        """
+        A receiver that answers DONE counts the records of its kind and
+        answers each with DONE(id, 200, ""), whatever the id's size,
+        skipping other messages.
+        """
+        side = BrokerSide(self)
+        ids = [1, 2**40 + 3, 2**64 - 1]
+        side.send(mlm.MailboxRecord(ids[0], "tx", "rx", "s", "", [b"a"]), mlm.ConnectionPong())
+        side.send(*(mlm.MailboxRecord(i, "tx", "rx", "s", "t", []) for i in ids[1:]))
+        role = load.Role("rx", load.count, counts=mlm.MailboxRecord.ID, version=2, done=True)
+        report = load.count(side.link, role, load.Job(3, idle=5.0))
+        self.assertEqual((report.received, report.last_receipt is not None), (3, True))
+        self.assertEqual(side.received(), [mlm.Done(i, mlm.SUCCESS, "") for i in ids])
+
+    def test_countOnlyCounts(self) -> None:
+        """
+        A receiver without DONE counts deliveries of its kind only, sends
+        nothing back, and gives up after its idle time with what it has.
+        """
+        side = BrokerSide(self)
+        deliver = mlm.StreamDeliver("s", "w", "subject", [b"x"])
+        side.send(deliver, mlm.MailboxDeliver("a", "b", "c", "", []), deliver)
+        role = load.Role("reader", load.count, counts=mlm.StreamDeliver.ID)
+        report = load.count(side.link, role, load.Job(3, idle=0.3))
+        self.assertEqual(report.received, 2)
+        self.assertEqual(side.received(), [])
+
+    def test_postCountsStored200(self) -> None:
+        """
+        A durable sender sends its letter n times and counts as acked the
+        STOREDs with status 200 only; a PONG is not an answer.
+        """
+        side = BrokerSide(self)
+        letter = mlm.MailboxSend("rx", "s", "", 0, [b"payload"])
+        side.send(
+            mlm.Stored(1, "", mlm.SUCCESS, ""),
+            mlm.ConnectionPong(),
+            mlm.Stored(0, "", mlm.FAILED, "mailbox full"),
+            mlm.Stored(2, "", mlm.SUCCESS, ""),
+        )
+        role = load.Role("tx", load.post, frames=tuple(mlm.encode(letter)), version=2)
+        report = load.post(side.link, role, load.Job(3, idle=5.0, window=3))
+        self.assertEqual((report.sent, report.acked), (3, 2))
+        self.assertIsNotNone(report.last_ack)
+        self.assertEqual(side.received(), [letter] * 3)
+
+    def test_serveAnswersEachRequester(self) -> None:
+        """
+        A worker answers each SERVICE_DELIVER with a MAILBOX_SEND "echo" to
+        its sender, carrying the request's content; other messages are
+        skipped.
+        """
+        side = BrokerSide(self)
+        side.send(
+            mlm.ServiceDeliver("req-a", "echo", "s", "", [b"1"]),
+            mlm.Ok(),
+            mlm.ServiceDeliver("req-\u00e9", "echo", "s", "", [b"2", b"3"]),
+            mlm.ServiceDeliver("req-a", "echo", "s", "", []),
+        )
+        report = load.serve(side.link, load.Role("worker", load.serve), load.Job(3, idle=5.0))
+        self.assertEqual(report.sent, 3)
+        self.assertEqual(
+            side.received(),
+            [
+                mlm.MailboxSend("req-a", "echo", "", 0, [b"1"]),
+                mlm.MailboxSend("req-\u00e9", "echo", "", 0, [b"2", b"3"]),
+                mlm.MailboxSend("req-a", "echo", "", 0, []),
+            ],
+        )
+
+    def test_requestRoundTrips(self) -> None:
+        """
+        A requester sends its request once a round trip and counts a round
+        trip when a delivery of its kind arrives, skipping anything else.
+        """
+        side = BrokerSide(self)
+        side.send(
+            mlm.ConnectionPong(),
+            mlm.MailboxDeliver("worker", "req", "echo", "", []),
+            mlm.MailboxDeliver("worker", "req", "echo", "", []),
+        )
+        request = mlm.ServiceSend("echo", "s", "", 0, [b"q"])
+        role = load.Role(
+            "req", load.request, frames=tuple(mlm.encode(request)), counts=mlm.MailboxDeliver.ID
+        )
+        report = load.request(side.link, role, load.Job(2, idle=2.0))
+        self.assertEqual((report.sent, report.received), (2, 2))
+        self.assertGreater(report.rtt_total, 0)
+        self.assertEqual(side.received(), [request] * 2)
+
+
+class BrokerProcessTests(SynchronousTestCase):
+    """L{BrokerProcess}: real broker processes, started, killed, restarted and stopped."""
+
+    skip = skip_slow
+
+    def setUp(self) -> None:
+        self.directory = Path(self.mktemp()).resolve()
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.addCleanup(self.context.term)
+
+    def broker(self, **kwargs: Any) -> BrokerProcess:
+        """A started broker, stopped (and checked) when the test ends."""
+        broker = BrokerProcess(self.directory, **kwargs)
+        self.addCleanup(broker.stop)
+        broker.start()
+        return broker
+
+    def command(
+        self,
+        endpoint: str,
+        *messages: mlm.Message,
+        plain: tuple[str, str] | None = None,
+        then: int = 0,
+    ) -> list[mlm.Message]:
+        """
+        The answer to each of C{messages}, sent in turn from one new DEALER,
+        and C{then} more messages that follow the last answer.
+        """
+        dealer = self.context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        if plain is not None:
+            dealer.setsockopt_string(zmq.PLAIN_USERNAME, plain[0])
+            dealer.setsockopt_string(zmq.PLAIN_PASSWORD, plain[1])
+        dealer.connect(endpoint)
+        answers = []
+        try:
+            for message in messages:
+                dealer.send_multipart(mlm.encode(message))
+                self.assertTrue(dealer.poll(5000), f"no answer to {message}")
+                answers.append(mlm.decode(dealer.recv_multipart()))
+            for _ in range(then):
+                self.assertTrue(dealer.poll(5000), f"{then} messages wanted after {answers}")
+                answers.append(mlm.decode(dealer.recv_multipart()))
+        finally:
+            dealer.close()
+        return answers
+
+    def test_tcpPortReadBack(self) -> None:
+        """
+        Bound to a C{*} tcp port, the broker's endpoint is the port it
+        really got, read from its log, and it serves there once started.
+        """
+        broker = self.broker(bind=ANY_TCP_PORT)
+        self.assertRegex(broker.endpoint, r"^tcp://127\.0\.0\.1:[1-9][0-9]*$")
+        self.assertIn(f"Malamute broker bound to {broker.endpoint}", broker.log_text())
+        self.assertEqual(self.command(broker.endpoint, mlm.ConnectionOpen()), [mlm.Ok()])
+
+    def test_killAndRestart(self) -> None:
+        """
+        SIGKILLed and started again, the broker is a new process on the
+        same endpoint (a C{*} port included) and the same data directory:
+        a letter stored before the kill is delivered after it.
+        """
+        broker = self.broker(bind=ANY_TCP_PORT, data_dir=self.directory / "data")
+        endpoint, pid = broker.endpoint, broker.pid
+        stored = self.command(
+            endpoint,
+            mlm.ConnectionOpen(version=2, address="tx"),
+            mlm.MailboxSend("rx", "kept", "", 0, [b"x"]),
+        )
+        assert isinstance(stored[1], mlm.Stored)
+        self.assertEqual(stored[1].status_code, mlm.SUCCESS)
+        broker.kill()
+        self.assertFalse(broker.alive())
+        broker.start()
+        self.assertEqual(broker.endpoint, endpoint)
+        self.assertNotEqual(broker.pid, pid)
+        self.assertTrue((self.directory / "data" / "journal.sqlite").exists())
+        opened = self.command(endpoint, mlm.ConnectionOpen(version=2, address="rx"), then=1)
+        self.assertEqual(
+            opened,
+            [mlm.Ok(), mlm.MailboxRecord(stored[1].id, "tx", "rx", "kept", "", [b"x"])],
+        )
+
+    def test_cleanStop(self) -> None:
+        """
+        A stop is SIGTERM: the broker exits with -SIGTERM after "Main loop
+        terminated.", and a second stop does nothing.
+        """
+        broker = BrokerProcess(self.directory)
+        broker.start()
+        self.assertEqual(broker.stop(), -signal.SIGTERM)
+        self.assertIn("Main loop terminated.", broker.run_log())
+        self.assertIsNone(broker.stop())
+
+    def test_killedIsNotACleanStop(self) -> None:
+        """A broker killed behind the helper's back fails the stop, with its log."""
+        broker = BrokerProcess(self.directory)
+        broker.start()
+        os.kill(broker.pid, signal.SIGKILL)
+        error = self.assertRaises(BrokerError, broker.stop)
+        self.assertIn(f"exited with {-signal.SIGKILL}", str(error))
+        self.assertIn("Malamute broker bound to", str(error))
+
+    def test_cannotStart(self) -> None:
+        """A broker that exits before serving fails the start, with its log (the usage error)."""
+        broker = BrokerProcess(self.directory, args=["--no-such-option"])
+        error = self.assertRaises(BrokerError, broker.start)
+        self.assertIn("no-such-option", str(error))
+        self.assertFalse(broker.alive())
+
+    def test_extraArguments(self) -> None:
+        """
+        Extra arguments reach C{twistd malamute}: with a password file the
+        broker requires PLAIN (the probe uses the credentials it is given);
+        without the journal it writes no journal file.
+        """
+        passwords = self.directory / "passwords.cfg"
+        passwords.parent.mkdir(parents=True)
+        passwords.write_text("admin = secret\n")
+        broker = self.broker(
+            args=["--passwords", str(passwords)], plain=("admin", "secret"), journal=False
+        )
+        self.assertEqual(
+            self.command(broker.endpoint, mlm.ConnectionOpen(), plain=("admin", "secret")),
+            [mlm.Ok()],
+        )
+        self.assertEqual(broker.data_dir, self.directory.resolve() / "malamute-data")
+        self.assertFalse((broker.data_dir / "journal.sqlite").exists())
 
 
 class BenchCommandTests(SynchronousTestCase):
@@ -296,16 +549,9 @@ class BenchCommandTests(SynchronousTestCase):
         Against a broker it did not start, the command plays each scenario
         once, with no journal key and no journal_cost line.
         """
-        broker = BrokerProcess(Path(self.mktemp()).resolve())
-        broker.data_dir.mkdir(parents=True)
-        broker.start()
-        try:
-            result = _bench(
-                "--messages", "2000", "--endpoint", broker.endpoint,
-                "--scenario", "stream_1to1", "--scenario", "mailbox_durable",
-            )  # fmt: skip
-        finally:
-            broker.stop()
+        with BrokerProcess(Path(self.mktemp())) as broker:
+            scenarios = ["--scenario", "stream_1to1", "--scenario", "mailbox_durable"]
+            result = _bench("--messages", "2000", "--endpoint", broker.endpoint, *scenarios)
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
         names = [_fields(line)[0][1] for line in lines]

@@ -1,57 +1,36 @@
 """
 Tests for L{malamute_pack.client.blocking}: the blocking client against a
-broker running as a real process (``python -m twisted malamute``).
+broker running as a real process (``twistd malamute``).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.bench import brokerprocess
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.core import ClientState
 from malamute_pack.client.errors import ClientClosedError, MalamuteError
 from malamute_pack.client.events import Delivery
 from malamute_pack.protocol import mlm
-from tests.e2e_support import tcp_endpoint
 from tests.support import skip_slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = brokerprocess.PROJECT_ROOT
 
 
-class BrokerProcess:
-    """A broker in a child process on a fresh tcp port; its output goes to a log file."""
+class BrokerProcess(brokerprocess.BrokerProcess):
+    """
+    The broker process for client tests (here and in
+    ``tests/test_client_examples.py``): on a free tcp port of loopback,
+    serving once constructed.
+    """
 
     def __init__(self, directory: Path, timeout_ms: int = 3000) -> None:
-        directory = directory.resolve()  # the broker runs in another directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self.endpoint = tcp_endpoint()
-        self.log = directory / "broker.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "twisted", "--log-format=text", "malamute",
-                    "--endpoint", self.endpoint,
-                    "--data-dir", str(directory / "data"),
-                    "--timeout", str(timeout_ms),
-                ],
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        super().__init__(directory, bind=brokerprocess.ANY_TCP_PORT, timeout_ms=timeout_ms)
+        self.start()
 
 
 class BlockingClientTests(SynchronousTestCase):
@@ -64,9 +43,9 @@ class BlockingClientTests(SynchronousTestCase):
         self.addCleanup(self.broker.stop)
 
     def client(self, address: str = "", version: int = 2) -> BlockingClient:
-        # The first connect waits for the broker process to bind.
-        client = BlockingClient(self.broker.endpoint, address, timeout=10.0, heartbeat=0.1,
-                                version=version)
+        client = BlockingClient(
+            self.broker.endpoint, address, timeout=10.0, heartbeat=0.1, version=version
+        )
         self.addCleanup(client.close)
         return client
 
@@ -174,5 +153,7 @@ class BlockingClientTests(SynchronousTestCase):
         reader = self.client("reader")
         reader.set_consumer("weather", "", mlm.EARLIEST)
         got = [reader.recv(timeout=5) for _ in range(3)]
-        self.assertEqual([(d.sequence, d.subject) for d in got if d is not None],
-                         [(1, "temp.0"), (2, "temp.1"), (3, "temp.2")])
+        self.assertEqual(
+            [(d.sequence, d.subject) for d in got if d is not None],
+            [(1, "temp.0"), (2, "temp.1"), (3, "temp.2")],
+        )

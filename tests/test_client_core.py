@@ -8,6 +8,8 @@ version 2 adds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from malamute_pack.client.errors import (
     MessageDroppedError,
 )
 from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.options import ClientOptions
 from malamute_pack.protocol import mlm
 
 _UNSET = object()
@@ -81,8 +84,16 @@ class CoreTestCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.owner = Recorder()
-        self.core = ClientCore(self.clock, self.owner, "me", timeout=5.0, heartbeat=1.0,
-                               version=self.version)
+        self.core = ClientCore(
+            self.clock,
+            self.owner,
+            ClientOptions(address="me", timeout=5.0, heartbeat=1.0, version=self.version),
+        )
+
+    def remake(self, **changes: Any) -> None:
+        """A new core whose options differ by C{changes}, connected."""
+        self.core = ClientCore(self.clock, self.owner, replace(self.core.options, **changes))
+        self.connected()
 
     def reply(self, message: mlm.Message) -> None:
         self.core.receive(mlm.encode(message))
@@ -160,7 +171,7 @@ class ConnectTests(CoreTestCase):
 
     def test_heartbeatMustBeBelowTimeout(self) -> None:
         """A heartbeat not below the timeout is refused."""
-        self.assertRaises(ValueError, ClientCore, self.clock, self.owner, "", 1.0, 1.0)
+        self.assertRaises(ValueError, ClientOptions, timeout=1.0, heartbeat=1.0)
 
     def test_version1Open(self) -> None:
         """With version 1 CONNECTION_OPEN says version 1, as libmlm does."""
@@ -169,7 +180,7 @@ class ConnectTests(CoreTestCase):
 
     def test_unknownVersionRefused(self) -> None:
         """Only versions 1 and 2 exist."""
-        self.assertRaises(ValueError, ClientCore, self.clock, self.owner, version=3)
+        self.assertRaises(ValueError, ClientOptions, version=3)
 
     def test_version1HasNoPositions(self) -> None:
         """
@@ -455,8 +466,9 @@ class ReconnectTests(CoreTestCase):
         self.reply(mlm.Ok())
         self.assertIsNone(cut.outcome)
         self.assertIsNone(later.outcome)
-        self.assertEqual(self.core.settings[-2:],
-                         (mlm.StreamRead("extra", "x"), mlm.ServiceOffer("calc", "")))
+        self.assertEqual(
+            self.core.settings[-2:], (mlm.StreamRead("extra", "x"), mlm.ServiceOffer("calc", ""))
+        )
 
     def test_disconnectedThenBrokerBack(self) -> None:
         """
@@ -544,8 +556,9 @@ class V2TestCase(CoreTestCase):
         self.reply(mlm.MailboxRecord(record_id, "bob", "me", subject, tracker, [b"x"]))
 
     def stream_record(self, stream: str, sequence: int, subject: str = "s") -> None:
-        self.reply(mlm.StreamRecord(stream, "producer", subject, sequence, 1_700_000_000_500,
-                                    [b"v"]))
+        self.reply(
+            mlm.StreamRecord(stream, "producer", subject, sequence, 1_700_000_000_500, [b"v"])
+        )
 
     def replay(self) -> list[mlm.Message]:
         """Answer each replayed command with OK; return what was sent."""
@@ -569,7 +582,7 @@ class V2ConnectTests(CoreTestCase):
 
     def test_versionTwoIsTheDefault(self) -> None:
         """A core made without a version opens with CONNECTION_OPEN version 2."""
-        core = ClientCore(self.clock, self.owner, "me")
+        core = ClientCore(self.clock, self.owner, ClientOptions(address="me"))
         self.assertEqual(core.version, 2)
         core.connect(Result())
         self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
@@ -591,8 +604,9 @@ class V2ConsumerTests(V2TestCase):
         for whence, position in ((mlm.EARLIEST, 0), (mlm.SEQUENCE, 42), (mlm.TIME, 1234)):
             result = Result()
             self.core.set_consumer("s", str(whence), result, whence, position)
-            self.assertEqual(self.owner.take(),
-                             [mlm.StreamReadFrom("s", str(whence), whence, position)])
+            self.assertEqual(
+                self.owner.take(), [mlm.StreamReadFrom("s", str(whence), whence, position)]
+            )
             self.reply(mlm.Ok())
             self.assertIsNone(result.outcome)
 
@@ -748,7 +762,7 @@ class StoredTests(V2TestCase):
 
     def test_tooManyHeld(self) -> None:
         """A send dropped because too many are held fails with MessageDroppedError."""
-        self.core.max_held = 1
+        self.remake(max_held=1)
         self.advance(5.1)
         got, stored = self.stored_results()
         self.core.sendto("bob", "kept", [], stored=stored)
@@ -786,7 +800,7 @@ class RecordTests(V2TestCase):
 
     def test_manualDone(self) -> None:
         """With auto_done off, hand-over sends nothing; done() sends the status given."""
-        self.core.auto_done = False
+        self.remake(auto_done=False)
         self.record(5)
         delivery = self.owner.deliveries[0]
         self.core.handed_over(delivery)
@@ -811,8 +825,11 @@ class RecordTests(V2TestCase):
         self.core.confirm("order", 200, "again")
         self.assertEqual(
             self.owner.take(),
-            [mlm.Done(5, 200, "shipped"), mlm.Done(6, 300, "lost"),
-             mlm.Confirm("order", 200, "again")],
+            [
+                mlm.Done(5, 200, "shipped"),
+                mlm.Done(6, 300, "lost"),
+                mlm.Confirm("order", 200, "again"),
+            ],
         )
 
     def test_trackedRecordFailedAtHandOver(self) -> None:
@@ -841,7 +858,7 @@ class RecordTests(V2TestCase):
         answered with the same DONE again (ours may never have reached the
         disk).
         """
-        self.core.auto_done = False
+        self.remake(auto_done=False)
         self.record(5)
         self.core.done(self.owner.deliveries[0], mlm.FAILED, "bad")
         self.owner.take()
@@ -855,7 +872,7 @@ class RecordTests(V2TestCase):
         A redelivery of a record the application has not answered yet is
         dropped without a DONE: the application's own DONE answers it.
         """
-        self.core.auto_done = False
+        self.remake(auto_done=False)
         self.record(5)
         self.record(5)
         self.assertEqual(self.owner.take(), [])
@@ -865,7 +882,7 @@ class RecordTests(V2TestCase):
 
     def test_dedupeWindowBounded(self) -> None:
         """Only the last dedupe_window ids are remembered."""
-        self.core = ClientCore(self.clock, self.owner, "me", dedupe_window=2)
+        self.core = ClientCore(self.clock, self.owner, ClientOptions(address="me", dedupe_window=2))
         self.connected()
         for record_id in (1, 2, 3):
             self.record(record_id)
@@ -879,20 +896,36 @@ class StreamRecordTests(V2TestCase):
     def setUp(self) -> None:
         super().setUp()
         self.setting(lambda d: self.core.set_producer("out", d), mlm.StreamWrite("out"))
-        self.setting(lambda d: self.core.set_consumer("weather", "^temp", d),
-                     mlm.StreamRead("weather", "^temp"))
-        self.setting(lambda d: self.core.set_consumer("weather", "^wind", d),
-                     mlm.StreamRead("weather", "^wind"))
-        self.setting(lambda d: self.core.set_consumer("news", "", d, mlm.EARLIEST),
-                     mlm.StreamReadFrom("news", "", mlm.EARLIEST, 0))
+        self.setting(
+            lambda d: self.core.set_consumer("weather", "^temp", d),
+            mlm.StreamRead("weather", "^temp"),
+        )
+        self.setting(
+            lambda d: self.core.set_consumer("weather", "^wind", d),
+            mlm.StreamRead("weather", "^wind"),
+        )
+        self.setting(
+            lambda d: self.core.set_consumer("news", "", d, mlm.EARLIEST),
+            mlm.StreamReadFrom("news", "", mlm.EARLIEST, 0),
+        )
 
     def test_recordDelivered(self) -> None:
         """STREAM_RECORD arrives as STREAM_DELIVER with its sequence and timestamp (s)."""
         self.stream_record("weather", 7, "temp.x")
         self.assertEqual(
             self.owner.deliveries,
-            [Delivery("STREAM_DELIVER", "producer", "weather", "temp.x", "", (b"v",),
-                      sequence=7, timestamp=1_700_000_000.5)],
+            [
+                Delivery(
+                    "STREAM_DELIVER",
+                    "producer",
+                    "weather",
+                    "temp.x",
+                    "",
+                    (b"v",),
+                    sequence=7,
+                    timestamp=1_700_000_000.5,
+                )
+            ],
         )
 
     def test_oldSequenceDropped(self) -> None:
@@ -900,8 +933,10 @@ class StreamRecordTests(V2TestCase):
         for sequence in (1, 2, 2, 1, 3):
             self.stream_record("weather", sequence)
         self.stream_record("news", 1)  # other streams count apart
-        self.assertEqual([(d.address, d.sequence) for d in self.owner.deliveries],
-                         [("weather", 1), ("weather", 2), ("weather", 3), ("news", 1)])
+        self.assertEqual(
+            [(d.address, d.sequence) for d in self.owner.deliveries],
+            [("weather", 1), ("weather", 2), ("weather", 3), ("news", 1)],
+        )
         self.assertEqual(self.core.duplicates, 2)
 
     def test_replayResumesAfterLastSeen(self) -> None:
@@ -940,21 +975,24 @@ class StreamRecordTests(V2TestCase):
         self.forget_us()
         self.owner.take()
         self.reply(mlm.Ok())
-        self.assertEqual(self.owner.take(),
-                         [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 4)])
+        self.assertEqual(
+            self.owner.take(), [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 4)]
+        )
         self.reply(mlm.Error(mlm.NOT_IMPLEMENTED, "no journal"))
         self.assertEqual(self.owner.take(), [mlm.StreamRead("weather", "^temp")])
         self.reply(mlm.Ok())
-        self.assertEqual(self.owner.take(),
-                         [mlm.StreamReadFrom("weather", "^wind", mlm.SEQUENCE, 4)])
+        self.assertEqual(
+            self.owner.take(), [mlm.StreamReadFrom("weather", "^wind", mlm.SEQUENCE, 4)]
+        )
 
     def test_removeConsumerForgetsPosition(self) -> None:
         """After remove_consumer a stream starts afresh: no dedupe, no resume."""
         self.stream_record("weather", 9)
-        self.setting(lambda d: self.core.remove_consumer("weather", d),
-                     mlm.StreamCancel("weather"))
-        self.setting(lambda d: self.core.set_consumer("weather", "", d, mlm.EARLIEST),
-                     mlm.StreamReadFrom("weather", "", mlm.EARLIEST, 0))
+        self.setting(lambda d: self.core.remove_consumer("weather", d), mlm.StreamCancel("weather"))
+        self.setting(
+            lambda d: self.core.set_consumer("weather", "", d, mlm.EARLIEST),
+            mlm.StreamReadFrom("weather", "", mlm.EARLIEST, 0),
+        )
         self.stream_record("weather", 1)
         self.assertEqual([d.sequence for d in self.owner.deliveries], [9, 1])
         self.forget_us()
@@ -970,8 +1008,10 @@ class StreamRecordTests(V2TestCase):
         """
         for sequence in (2, 4):  # the first pattern's matches
             self.stream_record("weather", sequence, "temp")
-        self.setting(lambda d: self.core.set_consumer("weather", "^rain", d, mlm.EARLIEST),
-                     mlm.StreamReadFrom("weather", "^rain", mlm.EARLIEST, 0))
+        self.setting(
+            lambda d: self.core.set_consumer("weather", "^rain", d, mlm.EARLIEST),
+            mlm.StreamReadFrom("weather", "^rain", mlm.EARLIEST, 0),
+        )
         for sequence in (1, 2, 3, 4, 5):
             self.stream_record("weather", sequence)
         self.assertEqual([d.sequence for d in self.owner.deliveries], [2, 4, 1, 3, 5])
@@ -979,8 +1019,10 @@ class StreamRecordTests(V2TestCase):
 
     def test_rereadReplacesSetting(self) -> None:
         """A pattern read again from another position replaces its old setting."""
-        self.setting(lambda d: self.core.set_consumer("weather", "^temp", d, mlm.SEQUENCE, 5),
-                     mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 5))
+        self.setting(
+            lambda d: self.core.set_consumer("weather", "^temp", d, mlm.SEQUENCE, 5),
+            mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 5),
+        )
         readers = [s for s in self.core.settings if getattr(s, "pattern", None) == "^temp"]
         self.assertEqual(readers, [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 5)])
 
@@ -998,7 +1040,7 @@ class StreamRecordTests(V2TestCase):
         position (a replay after a crash), each record reaches the owner
         once, in order.
         """
-        self.core = ClientCore(self.clock, self.owner, "me")
+        self.core = ClientCore(self.clock, self.owner, ClientOptions(address="me"))
         self.connected()
         self.owner.deliveries.clear()
         sent = 0

@@ -35,13 +35,24 @@ class ExampleTests(SynchronousTestCase):
         """
         worker = subprocess.Popen(
             example("echo_worker.py", "--endpoint", self.broker.endpoint, "--count", "1"),
-            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         self.addCleanup(worker.kill)
         requester = subprocess.run(
-            example("echo_requester.py", "--endpoint", self.broker.endpoint, "--timeout", "10",
-                    "hello echo"),
-            env=self.env, capture_output=True, text=True, timeout=30,
+            example(
+                "echo_requester.py",
+                "--endpoint",
+                self.broker.endpoint,
+                "--timeout",
+                "10",
+                "hello echo",
+            ),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         self.assertEqual(requester.returncode, 0, requester.stderr)
         stored, reply = requester.stdout.strip().splitlines()
@@ -56,7 +67,10 @@ class ExampleTests(SynchronousTestCase):
         his confirmation and his answer."""
         result = subprocess.run(
             example("mailbox_exchange.py", "--endpoint", self.broker.endpoint, "--timeout", "10"),
-            env=self.env, capture_output=True, text=True, timeout=30,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stdout, r"alice: wrote to bob, .*\(stored as [1-9][0-9]*\)")
@@ -70,18 +84,41 @@ class ExampleTests(SynchronousTestCase):
         published before it started, numbered from 1.
         """
         producer = subprocess.run(
-            example("weather_producer.py", "--endpoint", self.broker.endpoint, "--count", "4",
-                    "--interval", "0"),
-            env=self.env, capture_output=True, text=True, timeout=30,
+            example(
+                "weather_producer.py",
+                "--endpoint",
+                self.broker.endpoint,
+                "--count",
+                "4",
+                "--interval",
+                "0",
+            ),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         self.assertEqual(producer.returncode, 0, producer.stderr)
         published = producer.stdout.split()[0::2]  # "subject value" lines
         consumer = subprocess.run(
-            example("weather_consumer.py", "--endpoint", self.broker.endpoint, "--from-start",
-                    "--pattern", "", "--count", "4"),
-            env=self.env, capture_output=True, text=True, timeout=30,
+            example(
+                "weather_consumer.py",
+                "--endpoint",
+                self.broker.endpoint,
+                "--from-start",
+                "--pattern",
+                "",
+                "--count",
+                "4",
+            ),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         self.assertEqual(consumer.returncode, 0, consumer.stderr)
         lines = consumer.stdout.splitlines()
-        self.assertEqual([line.split()[:2] for line in lines],
-                         [[f"#{n + 1}", subject] for n, subject in enumerate(published)])
+        self.assertEqual(
+            [line.split()[:2] for line in lines],
+            [[f"#{n + 1}", subject] for n, subject in enumerate(published)],
+        )

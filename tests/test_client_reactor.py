@@ -127,7 +127,11 @@ class ClientTestCase(TestCase):
         options.setdefault("heartbeat", 0.1)
         options.setdefault("timeout", 2.0)
         client = await MalamuteClient.connect(
-            _reactor, self.endpoint, address, context=self.context, **options  # type: ignore[arg-type]
+            _reactor,
+            self.endpoint,
+            address,
+            context=self.context,
+            **options,  # type: ignore[arg-type]
         )
         self.addCleanup(client.close)
         return client
@@ -155,8 +159,9 @@ class ConnectTests(ClientTestCase):
         """With no broker at the endpoint, connect() fails with BrokerUnreachableError."""
         await self.stop_broker()
         await self.assertFailure(
-            MalamuteClient.connect(_reactor, self.endpoint, timeout=0.3, heartbeat=0.1,
-                                   context=self.context),
+            MalamuteClient.connect(
+                _reactor, self.endpoint, timeout=0.3, heartbeat=0.1, context=self.context
+            ),
             BrokerUnreachableError,
         )
 
@@ -190,8 +195,10 @@ class TrafficTests(ClientTestCase):
         first = await consumer.recv()
         second = await consumer.recv()
         self.assertEqual(
-            first, Delivery("STREAM_DELIVER", "producer", "weather", "temp.paris", "",
-                            (b"temp.paris", b"x"))
+            first,
+            Delivery(
+                "STREAM_DELIVER", "producer", "weather", "temp.paris", "", (b"temp.paris", b"x")
+            ),
         )
         self.assertEqual(second.subject, "temp.rome")
         await self.round_trip(producer, consumer)
@@ -302,8 +309,10 @@ class RecoveryTests(ClientTestCase):
         await worker.set_worker("echo", "")
         await self.restart_broker()
         await wait_for(
-            lambda: all(c.reconnects == 1 and c.state is ClientState.CONNECTED
-                        for c in (consumer, producer, worker))
+            lambda: all(
+                c.reconnects == 1 and c.state is ClientState.CONNECTED
+                for c in (consumer, producer, worker)
+            )
         )
         producer.send("wind.x", [b"no"])
         producer.send("temp.x", [b"yes"])
@@ -346,8 +355,14 @@ class PlainTests(ClientTestCase):
     async def test_plainRefused(self) -> None:
         """Wrong credentials never get an answer: connect() times out."""
         await self.assertFailure(
-            MalamuteClient.connect(_reactor, self.endpoint, plain=("admin", "wrong"),
-                                   timeout=0.3, heartbeat=0.1, context=self.context),
+            MalamuteClient.connect(
+                _reactor,
+                self.endpoint,
+                plain=("admin", "wrong"),
+                timeout=0.3,
+                heartbeat=0.1,
+                context=self.context,
+            ),
             BrokerUnreachableError,
         )
 
@@ -423,8 +438,10 @@ class Version2Tests(ClientTestCase):
         await reader.set_consumer("weather", "^temp", mlm.EARLIEST)
         await reader.set_consumer("weather", "^wind", mlm.EARLIEST)
         got = [await reader.recv() for _ in range(4)]
-        self.assertEqual(sorted((d.sequence or 0, d.subject) for d in got),
-                         [(1, "temp.a"), (2, "wind.b"), (4, "temp.d"), (5, "wind.e")])
+        self.assertEqual(
+            sorted((d.sequence or 0, d.subject) for d in got),
+            [(1, "temp.a"), (2, "wind.b"), (4, "temp.d"), (5, "wind.e")],
+        )
         await self.round_trip(reader)
         self.assertEqual(reader.pending(), 0)
 
@@ -557,6 +574,7 @@ class RefusalTests(ClientTestCase):
         """A letter to a full mailbox fails its Deferred with MalamuteError 300."""
         sender = await self.client("sender")
         await stored(sender.sendto("absent", "first", []))
-        error = await failure_of(cast(Deferred[int], sender.sendto("absent", "second", [])),
-                                 MalamuteError)
+        error = await failure_of(
+            cast(Deferred[int], sender.sendto("absent", "second", [])), MalamuteError
+        )
         self.assertEqual(error.code, mlm.FAILED)

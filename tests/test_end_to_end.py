@@ -12,9 +12,21 @@ import zmq
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
+from malamute_pack.broker.broker import Broker
+from malamute_pack.broker.limits import Limits
+from malamute_pack.broker.session import Session
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
-from tests.e2e_support import Peer, ipc_endpoint, settle, start_broker, tcp_endpoint
+from malamute_pack.tap import BrokerService
+from malamute_pack.transport.router import RouterService
+from tests.e2e_support import (
+    Peer,
+    ipc_endpoint,
+    settle,
+    start_broker,
+    tcp_endpoint,
+    the_reactor,
+)
 
 
 class BrokerTestCase(TestCase):
@@ -41,6 +53,12 @@ class BrokerTestCase(TestCase):
     def start(self, settings: Settings | None = None) -> None:
         self.service, self.router = start_broker(settings or self.settings(), self.context)
         self.address = self.router.bound[0]
+
+    def broker(self) -> Broker:
+        """The broker model the service runs."""
+        model = self.service.getServiceNamed("broker")
+        assert isinstance(model, BrokerService)
+        return model.broker
 
     async def _stopEverything(self) -> None:
         for peer in self.peers:
@@ -237,7 +255,7 @@ class FlowAndSafetyTests(BrokerTestCase):
         self.assertEqual(subjects, [str(n) for n in range(200)])
         errors = [await bad.next() for _ in range(200)]
         self.assertTrue(all(isinstance(e, mlm.Error) for e in errors))
-        self.assertEqual(self.router.broker.counters.malformed, 200)
+        self.assertEqual(self.broker().counters.malformed, 200)
 
 
 class PlainAuthTests(BrokerTestCase):
@@ -267,6 +285,47 @@ class PlainAuthTests(BrokerTestCase):
         anonymous.send(mlm.ConnectionOpen(address="y"))
         await settle(0.3)
         self.assertEqual((wrong.pending(), anonymous.pending()), (0, 0))
-        self.assertEqual(self.router.broker.counters.received, 0)
+        assert self.router.sessions is not None
+        self.assertEqual(self.router.sessions.received, 0)
         zap = self.service.getServiceNamed("zap")
         self.assertGreaterEqual(zap.refused, 1)
+
+
+class _FaultyReceiver:
+    """A receiver with a bug: STREAM_WRITE raises; anything else is answered PONG."""
+
+    def receive(self, session: Session, message: mlm.Message) -> None:
+        if isinstance(message, mlm.StreamWrite):
+            raise RuntimeError("a bug in the model")
+        session.pong()
+
+    def malformed(self, session: Session, reason: str) -> None:
+        session.error(mlm.COMMAND_INVALID, reason)
+
+    def oversized(self, session: Session, message: mlm.Message, reason: str) -> None:
+        session.error(mlm.FAILED, reason)
+
+
+class RouterFaultTests(TestCase):
+    async def test_bugCostsOneMessage(self) -> None:
+        """
+        An exception while handling one message is logged and costs that
+        message only: the socket keeps reading, later messages are handled.
+        """
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        router = RouterService(
+            the_reactor(), context, _FaultyReceiver(), Limits(), [ipc_endpoint()]
+        )
+        router.startService()
+        peer = Peer(context, router.bound[0])
+        try:
+            peer.send(mlm.StreamWrite("s"))
+            peer.send(mlm.ConnectionPing())
+            self.assertEqual(await peer.next(), mlm.ConnectionPong())
+            peer.send(mlm.StreamWrite("s"))
+            self.assertEqual(await peer.command(mlm.ConnectionPing()), mlm.ConnectionPong())
+            self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 2)
+        finally:
+            peer.close()
+            router.stopService()
+            context.term()

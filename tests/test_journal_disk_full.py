@@ -7,28 +7,14 @@ once space is freed.
 
 from __future__ import annotations
 
-import errno
-import subprocess
 from pathlib import Path
 
 from twisted.internet.defer import inlineCallbacks
-from twisted.trial.unittest import SkipTest, TestCase
+from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import JournalError
-from tests.support import skip_slow
+from tests.support import fill_disk, mount_tmpfs, skip_slow
 from tests.test_journal_journal import Inline, open_journal, seqs
-
-
-def fill(path: Path) -> None:
-    """Write ``path`` until its file system has no space left."""
-    with path.open("wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(b"\0" * 4096)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                return
 
 
 class DiskFullTests(TestCase):
@@ -36,16 +22,8 @@ class DiskFullTests(TestCase):
 
     def setUp(self) -> None:
         self.mount = Path(self.mktemp()).resolve()
-        self.mount.mkdir(parents=True)
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(self.mount)],
-            capture_output=True,
-            text=True,
-        )
-        if mounted.returncode != 0:
-            raise SkipTest(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-        # Registered first, so it runs after the journal's own close.
-        self.addCleanup(subprocess.run, ["umount", str(self.mount)], check=True)
+        # Registered first, so it is unmounted after the journal's own close.
+        mount_tmpfs(self, self.mount, "256k")
 
     @inlineCallbacks
     def test_fullDiskReportedAndRecovered(self) -> Inline:
@@ -66,7 +44,7 @@ class DiskFullTests(TestCase):
         self.assertEqual(acks, [None])
 
         filler = self.mount / "filler"
-        fill(filler)
+        fill_disk(filler)
         self.assertEqual(journal.append_stream("s", "a", "b", [b"x" * 65536], 1.0), 1)
         journal.store_queued("mailbox", "m", "a", "lost", "t", None, [b"y" * 65536], acks.append)
         yield journal.flush()

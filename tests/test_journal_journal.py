@@ -148,8 +148,9 @@ class StreamTests(TestCase):
         records = yield journal.read_stream("s", 2, 3)
         self.assertEqual(journal.counters.records_written, 0)
         self.assertEqual(seqs(records), [2, 3, 4])
-        self.assertEqual(records[0], StreamRecord("s", 2, 1000.0, "sender", "subject.1",
-                                                  (b"body", b"1")))  # fmt: skip
+        self.assertEqual(
+            records[0], StreamRecord("s", 2, 1000.0, "sender", "subject.1", (b"body", b"1"))
+        )
 
     @inlineCallbacks
     def test_readAcrossCommittedAndUncommitted(self) -> Inline:
@@ -266,9 +267,15 @@ class GroupCommitTests(TestCase):
         pragmas = [s for s in statements if s.startswith(("PRAGMA synchronous", "BEGIN"))]
         self.assertEqual(
             pragmas,
-            ["PRAGMA synchronous = OFF", "BEGIN", "PRAGMA synchronous = EXTRA", "BEGIN",
-             "PRAGMA synchronous = OFF", "BEGIN"],
-        )  # fmt: skip
+            [
+                "PRAGMA synchronous = OFF",
+                "BEGIN",
+                "PRAGMA synchronous = EXTRA",
+                "BEGIN",
+                "PRAGMA synchronous = OFF",
+                "BEGIN",
+            ],
+        )
         self.assertEqual([b.error for b in batches], [None, None, None])
 
 
@@ -278,9 +285,15 @@ class QueuedTests(TestCase):
     ) -> QueuedRecord:
         holder: list[QueuedRecord] = []
         record = journal.store_queued(
-            "mailbox", address, "alice", "hello", "track-1", 2000.5, [b"hi", b""],
+            "mailbox",
+            address,
+            "alice",
+            "hello",
+            "track-1",
+            2000.5,
+            [b"hi", b""],
             lambda error: acks.append((holder[0].id, error)),
-        )  # fmt: skip
+        )
         holder.append(record)
         return record
 

@@ -7,28 +7,18 @@ been pruned empty.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
-from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import JournalConfig, RetentionPolicy
+from tests.clock_support import ThreadedClock
 from tests.test_journal_journal import Inline, append, new_path, open_journal, seqs
 
 UNLIMITED = RetentionPolicy()
-
-
-class ThreadedClock(Clock):
-    """
-    A Clock for the journal's timers and time, whose threads report back
-    through the real reactor.
-    """
-
-    def callFromThread(self, f: Any, *args: Any, **kwargs: Any) -> None:
-        cast(IReactorFromThreads, reactor).callFromThread(f, *args, **kwargs)
 
 
 class RetentionTests(TestCase):
@@ -156,7 +146,8 @@ class RetentionTests(TestCase):
         Every prune_interval_s the journal prunes with the reactor's time as
         now; closing stops the timer.
         """
-        clock = ThreadedClock()
+        # The journal's timers and time are the clock's; its threads report to the reactor.
+        clock = ThreadedClock(cast(IReactorFromThreads, reactor))
         config = JournalConfig(retention=RetentionPolicy(max_age_s=10.0), prune_interval_s=5.0)
         journal, _ = open_journal(self, config=config, clock=cast(IReactorTime, clock))
         for i in range(5):

@@ -146,9 +146,11 @@ class MalformedTests(SynchronousTestCase):
         frames = mlm.encode(mlm.StreamRecord("s", "w", "t", 258, 1, [b"x"]))
         self.assertEqual(
             frames,
-            [b"\xaa\xa8\x14\x01s\x01w\x01t" + (258).to_bytes(8, "big") + (1).to_bytes(8, "big"),
-             b"x"],
-        )  # fmt: skip
+            [
+                b"\xaa\xa8\x14\x01s\x01w\x01t" + (258).to_bytes(8, "big") + (1).to_bytes(8, "big"),
+                b"x",
+            ],
+        )
 
     def test_trailingBytes(self) -> None:
         """Bytes after the last field are malformed."""
@@ -167,3 +169,49 @@ class MalformedTests(SynchronousTestCase):
         """A number too large for its field cannot be encoded and says so."""
         with self.assertRaises(mlm.MalformedMessage):
             mlm.encode(mlm.Credit(amount=70000))
+
+
+class HeaderEncoderTests(SynchronousTestCase):
+    @given(_messages())
+    def test_headerEncoderMatchesEncode(self, message: mlm.Message) -> None:
+        """
+        The header encoder of a message's class, given its field values in
+        wire order, encodes the same frame 1 as encoding the message.
+        """
+        values = [getattr(message, name) for name, _ in message.LAYOUT]
+        self.assertEqual(mlm.header_encoder(type(message))(*values), mlm.encode(message)[0])
+
+    @given(_messages(), st.integers(min_value=0, max_value=6))
+    def test_startAndTail(self, message: mlm.Message, split: int) -> None:
+        """
+        A header's start (its first fields) followed by the tail encoder's
+        output for the remaining fields is the whole header.
+        """
+        values = [getattr(message, name) for name, _ in message.LAYOUT]
+        split = min(split, len(values))
+        start = mlm.header_start(type(message), *values[:split])
+        tail = mlm.header_tail_encoder(type(message), split)(*values[split:])
+        self.assertEqual(start + tail, mlm.encode(message)[0])
+
+    def test_encoderRefusesBadValues(self) -> None:
+        """Field-level encoders refuse a string over 255 bytes and a number out of range."""
+        with self.assertRaises(mlm.MalformedMessage):
+            mlm.header_encoder(mlm.StreamSend)("x" * 256)
+        with self.assertRaises(mlm.MalformedMessage):
+            mlm.header_tail_encoder(mlm.Done, 0)(-1, 200, "")
+        with self.assertRaises(mlm.MalformedMessage):
+            mlm.header_start(mlm.Credit, 70000)
+        with self.assertRaises(ValueError):
+            mlm.header_start(mlm.Credit, 1, 2)
+
+
+class MessageIdTests(SynchronousTestCase):
+    @given(_messages())
+    def test_messageIdIsTheClassId(self, message: mlm.Message) -> None:
+        """The message id read from encoded frames is the id of the message's class."""
+        self.assertEqual(mlm.message_id(mlm.encode(message)), type(message).ID)
+
+    def test_messageIdRefusesNonHeaders(self) -> None:
+        """No frame, a frame too short for a header, or a wrong signature is malformed."""
+        for frames in ([], [b""], [b"\xaa\xa8"], [b"\xaa\xa9\x01"], [b"GET / HTTP/1.1"]):
+            self.assertRaises(mlm.MalformedMessage, mlm.message_id, frames)

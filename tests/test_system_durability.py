@@ -8,25 +8,25 @@ while it goes on serving, and store them again once space is freed.
 Skipped with ``MALAMUTE_SKIP_SLOW=1``. Run with
 ``.venv/bin/python -m twisted.trial --temp-directory=/tmp/sysdur tests.test_system_durability``.
 
-Tests: this is a test module; its helpers are ``tests/system_support.py``
-and ``tests/system_load.py``.
+Tests: this is a test module; its helpers are ``tests/system_support.py``,
+``tests/system_load.py`` and the broker process of
+L{malamute_pack.bench.brokerprocess}.
 """
 
 from __future__ import annotations
 
-import errno
 import itertools
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic, sleep
 
 import zmq
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.bench.brokerprocess import BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.protocol import mlm
-from tests.support import skip_slow
+from tests.support import fill_disk, mount_tmpfs, skip_slow
 from tests.system_load import (
     Delivery,
     Recipient,
@@ -35,7 +35,7 @@ from tests.system_load import (
     letter_subjects,
     pump,
 )
-from tests.system_support import BrokerProcess, Peer, fresh_endpoint
+from tests.system_support import Peer
 
 LETTERS = 20_000
 WINDOW = 500
@@ -47,8 +47,9 @@ LOAD_DEADLINE = 50.0
 class SystemTestCase(SynchronousTestCase):
     """
     A broker process and ZeroMQ peers, all torn down after each test. The
-    broker's data dir is C{data} in the test's directory unless given; its
-    stdout goes to C{broker.log} there (every start appends).
+    broker runs in the test's directory, its data dir is C{data} there
+    unless given, and its output goes to C{broker.log} there (every start
+    appends).
     """
 
     def setUp(self) -> None:
@@ -58,13 +59,18 @@ class SystemTestCase(SynchronousTestCase):
         self.addCleanup(self.context.term)
 
     def start_broker(self, label: str, data_dir: Path | None = None) -> BrokerProcess:
-        """A broker on a fresh endpoint, serving once this returns."""
-        data_dir = self.base / "data" if data_dir is None else data_dir
-        broker = BrokerProcess(fresh_endpoint(label), data_dir, self.base / "broker.log")
+        """
+        A broker on a fresh ipc endpoint, serving once this returns; it must
+        shut down cleanly when the test ends.
+        """
+        broker = BrokerProcess(
+            self.base,
+            bind=fresh_ipc_endpoint(f"system-{label}"),
+            data_dir=self.base / "data" if data_dir is None else data_dir,
+        )
         # Cleanups run last first: this one after every peer's close.
         self.addCleanup(broker.stop)
         broker.start()
-        broker.wait_ready(self.context)
         return broker
 
     def peer(self, broker: BrokerProcess) -> Peer:
@@ -146,7 +152,7 @@ class KillNineTests(SystemTestCase):
             ):
                 killed = (len(sender.acked), now - started)
                 broker.kill()
-                broker.start()
+                broker.start()  # the same endpoint and data dir, serving once this returns
                 rx.generation = worker.generation = 1
             quiet = min(now - rx.last_delivery, now - worker.last_delivery)
             if killed is not None and sender.done() and quiet > QUIET:
@@ -250,19 +256,6 @@ def lost_to_dedup(acked: dict[str, list[int]], *recipients: Recipient) -> set[st
     return set(acked) - processed
 
 
-def fill(path: Path) -> int:
-    """Write C{path} until its file system is full; the bytes written."""
-    written = 0
-    with path.open("wb", buffering=0) as f:
-        while True:
-            try:
-                written += f.write(b"\0" * 4096)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                return written
-
-
 class FullDiskTests(SystemTestCase):
     """
     The broker's data dir on a 1 MiB tmpfs, filled up once the broker
@@ -277,16 +270,7 @@ class FullDiskTests(SystemTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.mount = self.base / "mnt"
-        self.mount.mkdir()
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(self.mount)],
-            capture_output=True,
-            text=True,
-        )
-        if mounted.returncode != 0:
-            raise SkipTest(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-        # Registered before the broker's stop, so it runs after it.
-        self.addCleanup(subprocess.run, ["umount", str(self.mount)], check=True)
+        mount_tmpfs(self, self.mount, "1m")  # unmounted after the broker's stop
         self.broker = self.start_broker("disk", self.mount)
         self.tx = self.peer(self.broker)
         self.assertEqual(self.tx.command(mlm.ConnectionOpen(version=2, address="tx")), mlm.Ok())
@@ -306,7 +290,7 @@ class FullDiskTests(SystemTestCase):
 
     def fill_until_refused(self) -> mlm.Stored:
         """Fill the disk, then send 4 KiB letters until one is refused; that STORED."""
-        fill(self.mount / "filler")
+        fill_disk(self.mount / "filler")
         for i in range(500):
             reply = self.post(f"full-{i}", bytes(4096))
             if reply.status_code != mlm.SUCCESS:

@@ -10,23 +10,22 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import zmq
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
+import twisted
 from malamute_pack import settings as _settings
+from malamute_pack.bench.brokerprocess import (
+    PROJECT_ROOT,
+    BrokerProcess,
+    fresh_ipc_endpoint,
+    twistd_command,
+)
 from malamute_pack.broker.limits import Limits
-from malamute_pack.protocol import mlm
 from malamute_pack.tap import Options
-from tests.e2e_support import ipc_endpoint
 from tests.support import skip_slow
-
-ROOT = Path(__file__).resolve().parents[1]
-# The twistd script of the interpreter running the tests.
-TWISTD = str(Path(sys.executable).parent / "twistd")
 
 
 def parse(*args: str) -> _settings.Settings:
@@ -48,10 +47,9 @@ class OptionsTests(SynchronousTestCase):
 
     def test_options(self) -> None:
         """--endpoint repeats; --timeout, --data-dir and --passwords are taken."""
-        settings = parse(
-            "--endpoint", "tcp://*:9999", "-e", "ipc://@/x", "--timeout", "3000",
-            "--data-dir", "/tmp/d", "--passwords", "pw.cfg",
-        )  # fmt: skip
+        endpoints = ["--endpoint", "tcp://*:9999", "-e", "ipc://@/x"]
+        others = ["--timeout", "3000", "--data-dir", "/tmp/d", "--passwords", "pw.cfg"]
+        settings = parse(*endpoints, *others)
         self.assertEqual(settings.endpoints, ("tcp://*:9999", "ipc://@/x"))
         self.assertEqual(settings.timeout_ms, 3000)
         self.assertEqual(settings.data_dir, Path("/tmp/d"))
@@ -124,36 +122,8 @@ class OptionsTests(SynchronousTestCase):
         self.assertRaises(usage.UsageError, parse, "--config", "/nonexistent/malamute.cfg")
 
 
-def wait_for_open(endpoint: str, seconds: float = 15.0) -> None:
-    """Wait until a broker on C{endpoint} answers CONNECTION_OPEN."""
-    context = zmq.Context()
-    try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            sock = context.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(endpoint)
-            sock.send_multipart(mlm.encode(mlm.ConnectionOpen(address="probe")))
-            if sock.poll(500):
-                assert mlm.decode(sock.recv_multipart()) == mlm.Ok()
-                sock.close()
-                return
-            sock.close()
-        raise AssertionError(f"no broker answered on {endpoint}")
-    finally:
-        context.term()
-
-
 class TwistdTests(SynchronousTestCase):
     skip = skip_slow
-
-    def twistd(self, *args: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        return subprocess.Popen(
-            [TWISTD, "--nodaemon", "--pidfile=", "malamute", *args],
-            cwd=cwd or self.mktemp_dir(), env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
 
     def mktemp_dir(self) -> Path:
         path = Path(self.mktemp()).resolve()
@@ -163,37 +133,49 @@ class TwistdTests(SynchronousTestCase):
     def test_sigtermShutsDownCleanly(self) -> None:
         """
         C{twistd -n malamute} serves, and on SIGTERM logs a clean shutdown
-        and exits; its data directory was made in the working directory.
+        and exits; with no --data-dir its data directory was made in its
+        working directory.
         """
-        endpoint = ipc_endpoint()
-        cwd = self.mktemp_dir()
-        process = self.twistd("--endpoint", endpoint, cwd=cwd)
-        try:
-            wait_for_open(endpoint)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            output = process.communicate(timeout=20)[0].decode()
-        self.assertIn("Malamute broker bound to " + endpoint, output)
-        self.assertIn("Main loop terminated.", output)
-        self.assertTrue((cwd / "malamute-data").is_dir())
+        endpoint = fresh_ipc_endpoint("tap")
+        broker = BrokerProcess(self.mktemp_dir(), bind=endpoint)
+        broker.start()
+        self.assertEqual(broker.stop(), -signal.SIGTERM)
+        log = broker.run_log()
+        self.assertIn("Malamute broker bound to " + endpoint, log)
+        self.assertIn("Main loop terminated.", log)
+        self.assertTrue((broker.directory / "malamute-data").is_dir())
 
     def test_pluginListedAfterPipInstall(self) -> None:
         """
         After a plain (non-editable) C{pip install .}, C{twistd --help}
         lists the malamute plugin: the plugin file is shipped although
-        twisted/plugins has no __init__.py.
+        twisted/plugins has no __init__.py. The interpreter runs without
+        its site initialisation (C{-S}, Twisted's directory given by hand),
+        so that the checkout, which scripts/bootstrap puts on the path of
+        .venv, does not answer in place of the installed copy.
         """
         target = self.mktemp_dir()
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-             "--target", str(target), str(ROOT)],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [*pip, "--no-build-isolation", "--target", str(target), str(PROJECT_ROOT)],
+            check=True,
+            capture_output=True,
+        )
         self.assertTrue((target / "twisted" / "plugins" / "malamute_plugin.py").is_file())
         self.assertFalse((target / "twisted" / "plugins" / "__init__.py").exists())
-        env = dict(os.environ, PYTHONPATH=str(target))
-        help_text = subprocess.run(
-            [TWISTD, "--help"],
-            cwd=self.mktemp_dir(), env=env, capture_output=True, check=True,
-        ).stdout.decode()  # fmt: skip
-        self.assertIn("malamute", help_text)
+        site_packages = Path(twisted.__file__).resolve().parent.parent
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(site_packages)]))
+
+        def help_text(cwd: Path) -> str:
+            return subprocess.run(
+                twistd_command("--help", python_options=["-S"]),
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                check=True,
+            ).stdout.decode()
+
+        self.assertIn("malamute", help_text(self.mktemp_dir()))
+        # Without the installed copy the same command finds no plugin.
+        env["PYTHONPATH"] = str(site_packages)
+        self.assertNotIn("malamute", help_text(self.mktemp_dir()))

@@ -3,8 +3,10 @@
 line of figures each (``scenario=NAME journal=on|off n=N secs=S
 msgs_per_s=R lost=L`` and the scenario's extras).
 
-Without ``--endpoint`` it starts its own brokers, each with a long
-heartbeat timeout and a fresh data directory, and stops them afterwards:
+Without ``--endpoint`` it starts its own brokers
+(L{malamute_pack.bench.brokerprocess}), each on a fresh ipc endpoint with a
+long heartbeat timeout and a fresh data directory, and stops them
+afterwards, checking that each shut down cleanly:
 by default (``--journal both``) one with ``--no-journal`` that plays the
 scenarios whose journal cost is measured, then one with the journal that
 plays every scenario; it then prints a ``journal_cost scenario=NAME
@@ -55,6 +57,10 @@ from malamute_pack.bench.scenarios import (
     run,
 )
 
+# The heartbeat timeout of the brokers it starts: long enough that no load
+# process is expired for silence during a run.
+BROKER_TIMEOUT_MS = 600_000
+
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -85,8 +91,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--journal",
         choices=(JOURNAL_ON, JOURNAL_OFF, JOURNAL_BOTH),
-        help="start a broker with the journal, without it, or both and compare them "
-        "(default both)",
+        help="start a broker with the journal, without it, or both and compare them (default both)",
     )
     parser.add_argument(
         "--profile", type=Path, metavar="FILE", help="run the broker under cProfile into FILE"
@@ -145,15 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             profiled = next((r for r in runs if r.journal), runs[-1])
             for broker_run in runs:
                 assert broker_run.journal is not None
-                with tempfile.TemporaryDirectory(prefix="malamute-bench-") as tmp:
-                    broker = BrokerProcess(
-                        Path(tmp), profile if broker_run is profiled else None, broker_run.journal
-                    )
-                    broker.start()
-                    try:
-                        results += play(broker_run, broker.endpoint, args, context)
-                    finally:
-                        broker.stop()
+                with (
+                    tempfile.TemporaryDirectory(prefix="malamute-bench-") as tmp,
+                    BrokerProcess(
+                        Path(tmp),
+                        journal=broker_run.journal,
+                        timeout_ms=BROKER_TIMEOUT_MS,
+                        profile=profile if broker_run is profiled else None,
+                    ) as broker,
+                ):
+                    results += play(broker_run, broker.endpoint, args, context)
     except (BenchError, BrokerError) as e:
         print(f"bench: {e}", file=sys.stderr)
         return 1

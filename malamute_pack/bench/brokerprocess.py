@@ -1,122 +1,277 @@
 """
-The broker under test as a real process: ``twistd --nodaemon malamute`` on a
-private IPC endpoint, with a long heartbeat timeout so that load processes
-need not ping, with its journal (in a data directory of its own) or with
-``--no-journal``, and optionally under twistd's own cProfile runner.
+The broker as a real process, for the benchmark and the tests:
+``twistd --nodaemon malamute``, run by the twistd of the Python running
+this code, with the checkout on its C{PYTHONPATH}.
 
-Why twistd's profiler and not ``python -m cProfile``: after a clean shutdown
-on SIGTERM, twistd (and ``twist``) re-raise the signal with the default
-handler so that the exit status says how the process ended; that kills the
-interpreter before ``python -m cProfile`` could write its file. twistd's
-``--profile`` runs just ``reactor.run`` under cProfile and dumps the
-statistics as soon as it returns, before the signal is re-raised.
+It binds a fresh abstract ipc name, or C{tcp://127.0.0.1:*}, and reads the
+endpoint it really got back from its log line C{Malamute broker bound to
+<endpoint>} (never a port picked free and released, which another process
+can take in between); it serves once it has answered CONNECTION_OPEN from a
+throwaway probe. It can be SIGKILLed and started again on the same data
+directory and the same endpoint, so that reconnecting clients find it.
+
+Why twistd's profiler and not ``python -m cProfile``: after a clean
+shutdown on SIGTERM, twistd (and ``twist``) re-raise the signal with the
+default handler so that the exit status says how the process ended; that
+kills the interpreter before ``python -m cProfile`` could write its file.
+twistd's ``--profile`` runs just ``reactor.run`` under cProfile and dumps
+the statistics as soon as it returns, before the signal is re-raised.
 
 So a clean stop is: SIGTERM, exit status -SIGTERM (or 0), "Main loop
-terminated." in the log and, when profiling, a profile file.
+terminated." in the log of that run and, when profiling, a profile file.
 
-Tests: ``tests/test_bench.py``.
+Tests: ``tests/test_bench.py`` (L{BrokerProcess} itself, and the benchmark
+that uses it).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from time import monotonic
+
+import zmq
 
 import malamute_pack
-from malamute_pack.bench.load import Link, LoadError
 from malamute_pack.protocol import mlm
 
 # The directory that holds the malamute_pack package and twisted/plugins.
 PROJECT_ROOT = Path(malamute_pack.__file__).resolve().parent.parent
 
-# Long enough that no load process is expired for silence during a run.
-TIMEOUT_MS = 600_000
+# Bind this to have the broker pick a free tcp port on loopback.
+ANY_TCP_PORT = "tcp://127.0.0.1:*"
 
-# Each broker of one harness gets an endpoint of its own.
+# What the router logs for each endpoint it binds (malamute_pack/transport/router.py).
+_BOUND = re.compile(r"Malamute broker bound to (\S+)")
+_CLEAN_EXIT = "Main loop terminated."
+
 _serial = itertools.count(1)
 
 
+def fresh_ipc_endpoint(label: str = "broker") -> str:
+    """An ipc endpoint in the abstract namespace that no other process of this host uses."""
+    return f"ipc://@/malamute-{label}-{os.getpid()}-{next(_serial)}"
+
+
+def twistd_command(*args: str, python_options: Sequence[str] = ()) -> list[str]:
+    """
+    The command that runs C{twistd *args} with the Python running this code
+    (so with its Twisted, whatever script directory it has).
+
+    @param python_options: options for the interpreter itself (C{-S}...).
+    """
+    return [
+        sys.executable,
+        *python_options,
+        "-c",
+        "from twisted.scripts.twistd import run; run()",
+        *args,
+    ]
+
+
+def checkout_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with the checkout first on C{PYTHONPATH}."""
+    env = dict(os.environ, **overrides)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
 class BrokerError(Exception):
-    """The broker did not start, or did not exit cleanly."""
+    """The broker did not start, did not serve, or did not exit cleanly."""
 
 
 class BrokerProcess:
     """
-    @ivar endpoint: where it listens.
-    @ivar data_dir: its working directory: its log, and its journal under
-        C{data/}.
+    One broker, started and stopped as often as a test likes: every start
+    appends its output to the same log, binds what the first start bound
+    and uses the same data directory.
+
+    @ivar directory: its working directory (made if missing).
+    @ivar data_dir: its data directory: the one given, else the broker's
+        default, C{malamute-data} in C{directory}.
+    @ivar log: where its stdout and stderr go, its log lines included.
     @ivar profile: where cProfile writes its statistics, if it runs under it.
-    @ivar journal: whether it journals (else it runs with C{--no-journal}).
+    @ivar process: the running process, or None.
     """
 
-    def __init__(self, data_dir: Path, profile: Path | None = None, journal: bool = True) -> None:
-        self.endpoint = f"ipc://@/malamute-bench-{os.getpid()}-{next(_serial)}"
-        self.data_dir = data_dir
-        self.profile = profile
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        bind: str | None = None,
+        data_dir: Path | None = None,
+        journal: bool = True,
+        timeout_ms: int | None = None,
+        args: Sequence[str] = (),
+        profile: Path | None = None,
+        log: Path | None = None,
+        plain: tuple[str, str] | None = None,
+    ) -> None:
+        """
+        @param bind: the endpoint to bind: one with a C{*} port (such as
+            L{ANY_TCP_PORT}) gets a free port; by default a fresh abstract
+            ipc name.
+        @param journal: whether it journals (else C{--no-journal}).
+        @param timeout_ms: its C{--timeout}, if not the broker's default.
+        @param args: more arguments for C{twistd malamute} (a config file,
+            a password file...).
+        @param plain: the user and password of the readiness probe, for a
+            broker that requires PLAIN.
+        """
+        self.directory = directory.resolve()
+        self._data_dir_given = data_dir is not None
+        self.data_dir = (data_dir or self.directory / "malamute-data").resolve()
         self.journal = journal
-        self.log = data_dir / "broker.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        self.timeout_ms = timeout_ms
+        self.args = tuple(args)
+        self.profile = profile
+        self.log = log or self.directory / "broker.log"
+        self.plain = plain
+        self.process: subprocess.Popen[bytes] | None = None
+        self._bind = bind or fresh_ipc_endpoint()
+        self._endpoint: str | None = None
+        self._log_start = 0
+
+    @property
+    def endpoint(self) -> str:
+        """Where it listens: the endpoint its first start reported binding."""
+        if self._endpoint is None:
+            raise BrokerError("the broker has not started yet: its endpoint is not known")
+        return self._endpoint
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise BrokerError("the broker is not running")
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def command(self) -> list[str]:
+        """The command line of its next start."""
         profiler = (
             [f"--profile={self.profile}", "--profiler=cprofile", "--savestats"]
-            if self.profile
+            if self.profile is not None
             else []
         )
-        return [
-            sys.executable,
-            "-c",
-            "from twisted.scripts.twistd import run; run()",
+        return twistd_command(
             "--nodaemon",
             "--pidfile=",
-            f"--logfile={self.log}",
             *profiler,
             "malamute",
-            f"--endpoint={self.endpoint}",
-            f"--data-dir={self.data_dir / 'data'}",
-            f"--timeout={TIMEOUT_MS}",
+            f"--endpoint={self._endpoint or self._bind}",
+            *([f"--data-dir={self.data_dir}"] if self._data_dir_given else []),
+            *([] if self.timeout_ms is None else [f"--timeout={self.timeout_ms}"]),
             *([] if self.journal else ["--no-journal"]),
-        ]
+            *self.args,
+        )
 
     def start(self, timeout: float = 30.0) -> None:
-        """Start it and wait until it answers CONNECTION_OPEN."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p
-        )
-        self._process = subprocess.Popen(
-            self.command(), cwd=self.data_dir, env=env, stdin=subprocess.DEVNULL
-        )
-        probe = Link(self.endpoint, ping_interval=timeout)
-        try:
-            deadline = monotonic() + timeout
-            while True:
-                if self._process.poll() is not None:
-                    code = self._process.returncode
-                    raise BrokerError(f"broker exited with {code}: {self._log()}")
-                try:
-                    probe.command(mlm.ConnectionOpen(), timeout=0.5)
-                    break
-                except LoadError:
-                    if monotonic() > deadline:
-                        raise BrokerError(f"broker silent for {timeout}s: {self._log()}") from None
-            probe.close()
-        finally:
-            if not probe.socket.closed:
-                probe.socket.close(linger=0)
-                probe.context.term()
+        """
+        Start it and wait until it serves: it has logged the endpoint it
+        bound and answered CONNECTION_OPEN. After the first start it binds
+        that same endpoint again.
 
-    def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM it; L{BrokerError} unless it shuts down cleanly (see the module)."""
-        process = self._process
+        @raise BrokerError: if it exits first or does not serve within
+            C{timeout} seconds (it is killed then).
+        """
+        if self.alive():
+            raise BrokerError("the broker is already running")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command(),
+                cwd=self.directory,
+                env=checkout_environment(PYTHONUNBUFFERED="1"),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        try:
+            bound = self._wait_bound(deadline)
+            if self._endpoint is None:
+                self._endpoint = bound
+            elif bound != self._endpoint:
+                raise BrokerError(f"restarted broker bound {bound}, not {self._endpoint}")
+            self._probe(deadline)
+        except BrokerError:
+            self.kill()
+            raise
+
+    def _wait_bound(self, deadline: float) -> str:
+        """The first endpoint this run logs binding."""
+        while True:
+            found = _BOUND.search(self.run_log())
+            if found:
+                return found.group(1)
+            self._check_running(deadline, "bind")
+            time.sleep(0.02)
+
+    def _check_running(self, deadline: float, what: str) -> None:
+        if not self.alive():
+            code = None if self.process is None else self.process.returncode
+            raise BrokerError(
+                f"broker exited with {code} before it could {what}:\n{self.log_text()}"
+            )
+        if time.monotonic() > deadline:
+            raise BrokerError(f"broker did not {what} in time:\n{self.log_text()}")
+
+    def _probe(self, deadline: float) -> None:
+        """
+        Open a connection from a throwaway DEALER until the broker answers,
+        then close it: whatever answers arrive late go to that socket, not
+        to a test's or the load's own.
+        """
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        probe = context.socket(zmq.DEALER)
+        probe.setsockopt(zmq.LINGER, 0)
+        if self.plain is not None:
+            probe.setsockopt_string(zmq.PLAIN_USERNAME, self.plain[0])
+            probe.setsockopt_string(zmq.PLAIN_PASSWORD, self.plain[1])
+        try:
+            probe.connect(self.endpoint)
+            while True:
+                probe.send_multipart(mlm.encode(mlm.ConnectionOpen()))
+                if probe.poll(500):
+                    reply = mlm.decode(probe.recv_multipart())
+                    if reply != mlm.Ok():
+                        raise BrokerError(f"broker answered the probe's OPEN with {reply}")
+                    break
+                self._check_running(deadline, "serve")
+            probe.send_multipart(mlm.encode(mlm.ConnectionClose()))
+            probe.poll(1000)  # its OK; not waiting for it is harmless
+        finally:
+            probe.close(linger=0)
+            context.term()
+
+    def kill(self) -> None:
+        """SIGKILL it by its pid and reap it (a no-op if it is not running)."""
+        process, self.process = self.process, None
         if process is None:
             return
-        self._process = None
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """
+        SIGTERM it and reap it; its exit status (None if it was not running).
+
+        @raise BrokerError: unless it shut down cleanly (see the module);
+            after C{timeout} seconds it is SIGKILLed and this is raised.
+        """
+        process, self.process = self.process, None
+        if process is None:
+            return None
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
@@ -125,18 +280,40 @@ class BrokerProcess:
                 process.kill()
                 process.wait()
                 raise BrokerError(f"broker ignored SIGTERM for {timeout}s") from None
-        if process.returncode not in (0, -signal.SIGTERM):
-            raise BrokerError(f"broker exited with {process.returncode}: {self._log()}")
-        if "Main loop terminated." not in self._log():
-            raise BrokerError(f"broker was killed, not shut down: {self._log()}")
+        code = process.returncode
+        if code not in (0, -signal.SIGTERM):
+            raise BrokerError(f"broker exited with {code}:\n{self.log_text()}")
+        if _CLEAN_EXIT not in self.run_log():
+            raise BrokerError(f"broker was killed, not shut down:\n{self.log_text()}")
         if self.profile is not None and not (
             self.profile.exists() and self.profile.stat().st_size > 0
         ):
             raise BrokerError(f"broker shut down but wrote no profile to {self.profile}")
+        return code
 
-    def _log(self) -> str:
+    def run_log(self) -> str:
+        """What it logged since its latest start."""
         try:
-            return self.log.read_text(errors="replace")[-2000:] or "(empty log)"
+            with self.log.open("rb") as f:
+                f.seek(self._log_start)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def log_text(self, tail: int = 6000) -> str:
+        """The end of its log, over all its starts, for a failure message."""
+        try:
+            return self.log.read_text(errors="replace")[-tail:] or "(empty log)"
         except OSError:
             return "(no log)"
 
+    def __enter__(self) -> BrokerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        """Stop it, checking the stop; kill it if the block raised (that error says more)."""
+        if error[0] is None:
+            self.stop()
+        else:
+            self.kill()

@@ -14,6 +14,13 @@ waits it pings the broker now and then, so that a broker with the usual
 heartbeat timeout (the C broker's, or ours without ``--timeout``) does not
 expire a client that only listens.
 
+Frames are written and read with the codec only, on its fast paths:
+whatever a role sends over and over is encoded once
+(C{mlm.header_encoder} for the DONE of each record), a role that just
+counts deliveries reads their kind alone (C{mlm.message_id}), and one that
+needs a field (a record's id, a STORED's status, a requester's address)
+decodes the message (C{mlm.decode}).
+
 Timestamps are ``time.monotonic()``: on Linux that is CLOCK_MONOTONIC, one
 clock for every process on the host, so a send time from one process and a
 receipt time from another can be subtracted.
@@ -24,7 +31,6 @@ Tests: ``tests/test_bench.py``.
 from __future__ import annotations
 
 import contextlib
-import struct
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,24 +46,6 @@ READY, GO, REPORT, STOP, FAILED = "ready", "go", "report", "stop", "failed"
 
 # Letters a durable sender keeps waiting for STORED, unless told otherwise.
 DEFAULT_WINDOW = 1000
-
-
-# DONE(id, 200, ""), encoded by packing just the id into a fixed header.
-_DONE_200 = struct.Struct(">2sBQHB")
-# The id: the first field of a MAILBOX_RECORD or SERVICE_RECORD, after the
-# signature and the message id.
-_RECORD_ID = struct.Struct(">Q")
-
-
-def done_header(letter_id: int) -> bytes:
-    """Frame 1 of DONE(C{letter_id}, 200, "")."""
-    return _DONE_200.pack(mlm.SIGNATURE, mlm.Done.ID, letter_id, mlm.SUCCESS, 0)
-
-
-def stored_code(header: bytes) -> int:
-    """The status code of a STORED whose frame 1 is C{header}."""
-    at = 12 + header[11]  # after signature, id, the letter id and the tracker
-    return (header[at] << 8) | header[at + 1]
 
 
 class LoadError(Exception):
@@ -146,6 +134,17 @@ class Link:
             self.socket.send_multipart(self._ping)
             self._next_ping = now + self._ping_interval
 
+    def idle(self, since: float, limit: float) -> bool:
+        """
+        Nothing to read: ping if due and wait up to 0.1 s for input;
+        whether nothing has come for more than C{limit} seconds C{since}.
+        """
+        self.keepalive()
+        if monotonic() - since > limit:
+            return True
+        self.socket.poll(100)
+        return False
+
     def wait(self, pipe: Connection, expected: str) -> object:
         """
         Wait for C{expected} from the runner, pinging meanwhile and
@@ -221,7 +220,9 @@ def post(link: Link, role: Role, job: Job) -> Report:
     frames = list(role.frames)
     n = job.n
     window = job.window
-    stored_id = mlm.Stored.ID
+    decode = mlm.decode
+    stored = mlm.Stored
+    success = mlm.SUCCESS
     sent = answered = acked = 0
     last_ack = None
     first = last_answer = monotonic()
@@ -230,18 +231,16 @@ def post(link: Link, role: Role, job: Job) -> Report:
             send(frames)
             sent += 1
         try:
-            header = recv(zmq.NOBLOCK)[0]
+            reply = decode(recv(zmq.NOBLOCK))
         except zmq.Again:
-            link.keepalive()
-            if monotonic() - last_answer > job.idle:
+            if link.idle(last_answer, job.idle):
                 break
-            socket.poll(100)
             continue
-        if header[2] != stored_id:
+        if not isinstance(reply, stored):
             continue  # a PONG
         answered += 1
         last_answer = monotonic()
-        if stored_code(header) == mlm.SUCCESS:
+        if reply.status_code == success:
             acked += 1
             last_ack = last_answer
         if not answered & 0x3FF:
@@ -259,7 +258,11 @@ def count(link: Link, role: Role, job: Job) -> Report:
     send = socket.send
     kind = role.counts
     done = role.done
-    record_id = _RECORD_ID.unpack_from
+    message_id = mlm.message_id
+    decode = mlm.decode
+    records = (mlm.MailboxRecord, mlm.ServiceRecord)
+    done_header = mlm.header_encoder(mlm.Done)
+    success = mlm.SUCCESS
     received = 0
     last = None
     quiet_since = monotonic()
@@ -267,15 +270,15 @@ def count(link: Link, role: Role, job: Job) -> Report:
         try:
             frames = recv(zmq.NOBLOCK)
         except zmq.Again:
-            link.keepalive()
-            if monotonic() - (last or quiet_since) > job.idle:
+            if link.idle(last or quiet_since, job.idle):
                 break
-            socket.poll(100)
             continue
-        header = frames[0]
-        if header[2] == kind:
+        if message_id(frames) == kind:
             if done:
-                send(done_header(record_id(header, 3)[0]))
+                record = decode(frames)
+                if not isinstance(record, records):
+                    raise LoadError(f"DONE answers records, not {record}")
+                send(done_header(record.id, success, ""))
             received += 1
             last = monotonic()
             if not received & 0x3FF:
@@ -291,29 +294,29 @@ def serve(link: Link, role: Role, job: Job) -> Report:
     socket = link.socket
     recv = socket.recv_multipart
     send = socket.send_multipart
+    message_id = mlm.message_id
+    decode = mlm.decode
+    deliver = mlm.ServiceDeliver
     # Reply header per requester address, encoded once.
-    replies: dict[bytes, bytes] = {}
+    replies: dict[str, bytes] = {}
     served = 0
     last = monotonic()
     while served < job.n:
         try:
             frames = recv(zmq.NOBLOCK)
         except zmq.Again:
-            link.keepalive()
-            if monotonic() - last > job.idle:
+            if link.idle(last, job.idle):
                 break
-            socket.poll(100)
             continue
-        header = frames[0]
-        if header[2] != mlm.ServiceDeliver.ID:
+        if message_id(frames) != deliver.ID:
             continue
-        sender = header[4 : 4 + header[3]]  # the first field: the requester's address
-        reply = replies.get(sender)
+        delivered = decode(frames)
+        assert isinstance(delivered, deliver)
+        reply = replies.get(delivered.sender)
         if reply is None:
-            address = sender.decode("utf-8", "surrogateescape")
-            reply = replies[sender] = mlm.encode_header(mlm.MailboxSend(address, "echo"))
-        frames[0] = reply
-        send(frames)
+            reply = mlm.encode_header(mlm.MailboxSend(delivered.sender, "echo"))
+            replies[delivered.sender] = reply
+        send([reply, *delivered.content])
         served += 1
         last = monotonic()
     return Report(sent=served)
@@ -331,6 +334,7 @@ def request(link: Link, role: Role, job: Job) -> Report:
     socket.setsockopt(zmq.RCVTIMEO, max(1, int(job.idle * 1000)))
     frames = list(role.frames)
     kind = role.counts
+    message_id = mlm.message_id
     replies = 0
     rtt_total = 0.0
     last = None
@@ -339,7 +343,7 @@ def request(link: Link, role: Role, job: Job) -> Report:
         started = monotonic()
         send(frames)
         try:
-            while recv()[0][2] != kind:
+            while message_id(recv()) != kind:
                 pass  # a PONG or a straggler: not this round trip's answer
         except zmq.Again:
             continue

@@ -97,9 +97,7 @@ def _stream_scenario(name: str, readers: int, default_n: int, extras: tuple[str,
         )
         for i in range(readers)
     )
-    writer = _sender(
-        "writer", (mlm.StreamWrite(STREAM),), mlm.StreamSend(SUBJECT, [PAYLOAD])
-    )
+    writer = _sender("writer", (mlm.StreamWrite(STREAM),), mlm.StreamSend(SUBJECT, [PAYLOAD]))
     return Scenario(name, (*reader_roles, writer), default_n, extras, JournalUse.COMPARED)
 
 
@@ -272,7 +270,9 @@ def journal_cost_lines(results: Sequence[Result]) -> list[str]:
 
 
 def _collect(
-    pipes: Sequence[Connection], processes: Sequence[BaseProcess], roles: Sequence[load.Role],
+    pipes: Sequence[Connection],
+    processes: Sequence[BaseProcess],
+    roles: Sequence[load.Role],
     expected: str,
 ) -> list[object]:
     """The value each role sends with C{expected}; L{BenchError} if one fails or dies."""

@@ -1,56 +1,74 @@
 """
-The broker model: clients and their per-client state machine, with streams
-(L{malamute_pack.broker.streaming}) and mailboxes and services
-(L{malamute_pack.broker.postal}) below it. Pure state: it never touches a
-socket or a file.
+The broker: it receives decoded messages from sessions, runs the actions
+the state machine (L{malamute_pack.broker.machine}) names for them, and
+answers through the sessions. Streams (L{malamute_pack.broker.streams}) and
+mailboxes and services (L{malamute_pack.broker.post_office}) sit below it;
+the registry (L{malamute_pack.broker.registry}) says who is connected. Pure
+state: it never touches a socket, a frame or a file; journaling goes
+through a L{Store} (or nowhere, with no journal) and time comes from an
+injected clock.
 
-Frames come in through L{Broker.receive} (one message from one routing id);
-frames go out through a L{FrameSink}; journaling goes through a L{Store}
-(or nowhere, with no journal); time comes from an injected clock. The state
-machine of L{malamute_pack.broker.client} decides which actions run for
-each message; actions are the C{action_*} methods.
-
-Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``.
+Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``,
+``tests/test_broker_machine.py``, ``tests/test_broker_sessions.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from malamute_pack.broker.client import Client, Event, State, transition
+from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
-from malamute_pack.broker.interfaces import FrameSink, Store
 from malamute_pack.broker.letters import Kind
-from malamute_pack.broker.limits import Limits
-from malamute_pack.broker.postal import PostOffice
-from malamute_pack.broker.streaming import Streams
-from malamute_pack.journal import QueuedRecord
+from malamute_pack.broker.limits import Limits, check_name
+from malamute_pack.broker.machine import (
+    EXPIRED,
+    MACHINE,
+    REPLACED,
+    TAKEN_OVER,
+    Action,
+    AnyOther,
+    EventType,
+    InternalEvent,
+    Malformed,
+    Oversized,
+    State,
+)
+from malamute_pack.broker.post_office import LetterMessage, Posted, PostOffice
+from malamute_pack.broker.registry import Registry
+from malamute_pack.broker.session import Session
+from malamute_pack.broker.store import QueuedRecord, Store
+from malamute_pack.broker.streams import Streams
 from malamute_pack.protocol import mlm
 
 _log = Logger()
 
-_OK = mlm.encode(mlm.Ok())
-_PONG = mlm.encode(mlm.ConnectionPong())
-
 # Commands the protocol gives no reply: a refusal is logged and counted.
-_NO_REPLY = (mlm.StreamSend, mlm.MailboxSend, mlm.ServiceSend, mlm.Credit, mlm.Confirm, mlm.Done)
+_NO_REPLY: Final = (
+    mlm.StreamSend,
+    mlm.MailboxSend,
+    mlm.ServiceSend,
+    mlm.Credit,
+    mlm.Confirm,
+    mlm.Done,
+)
 
-# Messages only a client that opened with version 2 may send.
-_VERSION_2 = (mlm.StreamReadFrom, mlm.Done)
+Event = mlm.Message | InternalEvent
+_ActionMethod = Callable[[Session, Event], None]
+_BoundRow = tuple[tuple[_ActionMethod, ...], State]
 
-__all__ = ["Broker", "BrokerConfig", "BrokerCounters", "FrameSink", "Refused", "Store"]
+__all__ = ["Broker", "BrokerConfig", "BrokerCounters"]
 
 
 @dataclass
 class BrokerCounters:
     """What the broker has counted since it started (see also its parts)."""
 
-    received: int = 0
     malformed: int = 0
     refused: int = 0
     expired_clients: int = 0
@@ -60,7 +78,7 @@ class BrokerCounters:
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """
-    @ivar timeout: seconds of silence after which a client is expired.
+    @ivar timeout: seconds of silence after which a connection is expired.
     @ivar match_cache: subjects whose match results each stream or service
         keeps (0 switches the cache off).
     @ivar replay_batch: stream records read from the journal at a time for
@@ -75,35 +93,32 @@ class BrokerConfig:
 
 class Broker:
     """
-    The Malamute broker's state and behaviour.
+    The Malamute broker's state and behaviour: the L{Receiver} its
+    transports feed.
 
-    @ivar clients: open clients by routing id.
-    @ivar addresses: open clients by address (anonymous clients excluded).
+    @ivar registry: the open connections, by session and by address.
     @ivar streams: the streams and their delivery.
     @ivar post: the mailboxes and services.
     """
 
     def __init__(
-        self,
-        sink: FrameSink,
-        clock: IReactorTime,
-        config: BrokerConfig,
-        store: Store | None = None,
+        self, clock: IReactorTime, config: BrokerConfig, store: Store | None = None
     ) -> None:
-        self._sink = sink
         self._clock = clock
         self.config = config
         self.limits = config.limits
         self.store = store
-        self.clients: dict[bytes, Client] = {}
-        self.addresses: dict[str, Client] = {}
+        self.registry = Registry()
         self.counters = BrokerCounters()
         self.streams = Streams(
-            sink, clock, store, config.match_cache, config.replay_batch, config.limits.max_subject
+            clock, store, config.match_cache, config.replay_batch, config.limits.max_subject
         )
-        self.post = PostOffice(
-            sink, clock, store, config.limits, config.match_cache, self.addresses, self.clients
-        )
+        self.post = PostOffice(clock, store, config.limits, config.match_cache, self.registry)
+        # The state table with every action bound to its method, once.
+        self._rows: dict[tuple[State, EventType], _BoundRow] = {
+            key: (tuple(getattr(self, f"action_{a.value}") for a in row.actions), row.next)
+            for key, row in MACHINE.items()
+        }
         self._sweeper = LoopingCall(self.expire_silent)
         self._sweeper.clock = clock
 
@@ -114,7 +129,7 @@ class Broker:
         return self.post.restore(records)
 
     def start(self) -> None:
-        """Start expiring silent clients (checked four times a timeout)."""
+        """Start expiring silent connections (checked four times a timeout)."""
         self._sweeper.start(self.config.timeout / 4, now=False)
 
     def stop(self) -> None:
@@ -122,219 +137,240 @@ class Broker:
             self._sweeper.stop()
         self.post.stop()
 
-    # Input
+    # Input (the Receiver interface)
 
-    def receive(self, route: bytes, frames: list[bytes]) -> None:
-        """Handle one message (its frames after the routing id) from C{route}."""
-        self.counters.received += 1
-        client = self.clients.get(route)
+    def receive(self, session: Session, event: Event) -> None:
+        """
+        Handle one message from C{session} (or an internal event): run the
+        row of the state table for it and apply the row's next state.
+        """
+        connection = self.registry.get(session)
+        if connection is None:
+            state = State.START
+        else:
+            connection.last_seen = self._clock.seconds()
+            state = connection.state
+        rows = self._rows
+        found = rows.get((state, type(event)))
+        actions, next_state = found if found is not None else rows[(state, AnyOther)]
         try:
-            message = mlm.decode(frames)
-        except mlm.MalformedMessage as e:
-            self._malformed(route, client, str(e))
+            for action in actions:
+                action(session, event)
+        except Refused as e:
+            self._refuse(session, event, e)
             return
-        if client is None:
-            actions, _ = transition(State.START, type(message))
-        else:
-            client.last_seen = self._clock.seconds()
-            actions, _ = transition(client.state, type(message))
-        if len(frames) > self.limits.max_frames or (
-            sum(map(len, frames)) > self.limits.max_message_bytes
-        ):
-            reason = (
-                f"message too large: the limits are {self.limits.max_frames} frames"
-                f" and {self.limits.max_message_bytes} bytes"
-            )
-            self._refuse(route, client, message, Refused(reason))
-            return
-        self._run(actions, route, client, message)
+        # The session's connection now: a new one after OPEN, the old one
+        # (out of the registry) after an end.
+        connection = self.registry.get(session) or connection
+        if connection is not None:
+            connection.state = next_state
 
-    def _run(
-        self, actions: tuple[str, ...], route: bytes, client: Client | None, message: object
-    ) -> None:
-        for name in actions:
-            try:
-                result = getattr(self, "action_" + name)(route, client, message)
-            except Refused as e:
-                self._refuse(route, client, message, e)
-                return
-            if name == "register":
-                client = result
+    def malformed(self, session: Session, reason: str) -> None:
+        """C{session} sent something that does not decode."""
+        self.receive(session, Malformed(reason))
 
-    def _event(self, client: Client, event: Event) -> None:
-        actions, _ = transition(client.state, event)
-        self._run(actions, client.route, client, event)
+    def oversized(self, session: Session, message: mlm.Message, reason: str) -> None:
+        """C{session} sent C{message}, which breaks a size limit."""
+        self.receive(session, Oversized(message, reason))
 
-    def _count(self, reason: str) -> None:
-        self.counters.by_reason[reason] = self.counters.by_reason.get(reason, 0) + 1
+    def _fire(self, connection: Connection, event: InternalEvent) -> None:
+        """Run an internal event on an open connection."""
+        assert connection.state is State.CONNECTED, connection
+        self.receive(connection.session, event)
 
-    def _malformed(self, route: bytes, client: Client | None, reason: str) -> None:
-        self.counters.malformed += 1
-        self._count("malformed")
-        if client is None:
-            _log.debug("malformed message from unknown peer {route}: {reason}",
-                       route=route.hex(), reason=reason)  # fmt: skip
-        else:
-            client.malformed += 1
-            _log.warn("malformed message from {client}: {reason}", client=client, reason=reason)
-        self._send(route, mlm.Error(mlm.COMMAND_INVALID, mlm.fit_string(f"malformed: {reason}")))
-        if client is not None:
-            self._deregister(client)
+    def _connection(self, session: Session) -> Connection:
+        connection = self.registry.get(session)
+        assert connection is not None, f"no connection for {session!r}: not in the table's rows"
+        return connection
 
-    def _refuse(self, route: bytes, client: Client | None, message: object, e: Refused) -> None:
-        self.counters.refused += 1
-        self._count(e.reason.split(":")[0])
+    # Refusals
+
+    def _refuse(self, session: Session, event: Event, e: Refused) -> None:
+        message = event.message if isinstance(event, Oversized) else event
         if not isinstance(message, _NO_REPLY):
-            self._send(route, mlm.Error(e.code, mlm.fit_string(e.reason)))
+            self._count_refusal(e)
+            session.error(e.code, mlm.fit_string(e.reason))
             return
-        _log.info("refused from {client}: {reason}", client=client, reason=e.reason)
-        if not isinstance(message, mlm.MailboxSend | mlm.ServiceSend) or client is None:
-            return
-        if client.version >= 2:
-            # Every send of a version 2 client gets its STORED, in order.
-            if not e.acknowledged:
-                ack = self.post.expect_ack(client, message.tracker)
-                self.post.acknowledge(client, ack, 0, e.code, e.reason)
-        elif message.tracker:
-            self._send(route, mlm.Confirm(message.tracker, e.code, mlm.fit_string(e.reason)))
+        self._refused_silently(session, e)
+        if isinstance(message, mlm.MailboxSend | mlm.ServiceSend):
+            connection = self.registry.get(session)
+            if connection is not None:
+                self.post.refuse(connection, message, e)
 
-    def _send(self, route: bytes, message: mlm.Message) -> None:
-        self._sink.send(route, mlm.encode(message))
+    def _count_refusal(self, e: Refused) -> None:
+        self.counters.refused += 1
+        by_reason = self.counters.by_reason
+        by_reason[e.kind] = by_reason.get(e.kind, 0) + 1
 
-    # Actions (names come from the state machine table)
+    def _refused_silently(self, session: Session, e: Refused) -> None:
+        """A refusal the protocol has no reply for: counted and logged."""
+        self._count_refusal(e)
+        _log.info("refused from {session}: {reason}", session=session, reason=e.reason)
 
-    def action_command_invalid(self, route: bytes, client: Client | None, message: object) -> None:
-        name = mlm.MESSAGE_NAMES.get(getattr(message, "ID", 0), str(message))
-        self._send(route, mlm.Error(mlm.COMMAND_INVALID, f"command invalid: {name}"))
+    # Actions (the state table names them; each takes the session and the event)
 
-    def action_reply_ok(self, route: bytes, client: Client | None, message: object) -> None:
-        self._sink.send(route, _OK)
+    def action_reply_ok(self, session: Session, event: Event) -> None:
+        session.ok()
 
-    def action_reply_pong(self, route: bytes, client: Client | None, message: object) -> None:
-        self._sink.send(route, _PONG)
+    def action_reply_pong(self, session: Session, event: Event) -> None:
+        session.pong()
 
-    def action_register(
-        self, route: bytes, client: Client | None, message: mlm.ConnectionOpen
-    ) -> Client:
-        address = message.address
-        self._check_name("address", address, allow_empty=True)
-        if len(self.clients) >= self.limits.max_clients:
+    def action_reply_invalid(self, session: Session, event: Event) -> None:
+        name = mlm.MESSAGE_NAMES.get(getattr(event, "ID", 0), type(event).__name__)
+        session.error(mlm.COMMAND_INVALID, f"command invalid: {name}")
+
+    def action_reply_malformed(self, session: Session, event: Event) -> None:
+        assert isinstance(event, Malformed)
+        self.counters.malformed += 1
+        self.counters.by_reason["malformed"] = self.counters.by_reason.get("malformed", 0) + 1
+        _log.info(
+            "malformed message from {session}: {reason}", session=session, reason=event.reason
+        )
+        session.error(mlm.COMMAND_INVALID, mlm.fit_string(f"malformed: {event.reason}"))
+
+    def action_refuse_oversized(self, session: Session, event: Event) -> None:
+        assert isinstance(event, Oversized)
+        raise Refused(event.reason)
+
+    def action_require_dialect(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.Message)
+        if not session.speaks(type(event)):
+            name = mlm.MESSAGE_NAMES[event.ID]
+            raise Refused(f"command invalid: {name} needs protocol version 2", mlm.COMMAND_INVALID)
+
+    def action_register(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.ConnectionOpen)
+        address = event.address
+        check_name("address", address, self.limits.max_address, allow_empty=True)
+        registry = self.registry
+        previous = registry.get(session)
+        if previous is None and len(registry) >= self.limits.max_clients:
             raise Refused(f"too many clients: the limit is {self.limits.max_clients}")
-        version = 2 if message.version >= 2 else 1
-        client = Client(route, address, self._clock.seconds(), version)
-        if address:
-            previous = self.addresses.get(address)
-            if previous is not None:
-                _log.info("{client} takes over the address of {previous}",
-                          client=client, previous=previous)  # fmt: skip
-                self._event(previous, Event.TAKEN_OVER)
-            self.addresses[address] = client
-        self.clients[route] = client
-        return client
+        if previous is not None:
+            self._fire(previous, REPLACED)
+        holder = registry.holder(address) if address else None
+        if holder is not None:
+            _log.info(
+                "{session} takes over the address of {holder}", session=session, holder=holder
+            )
+            self._fire(holder, TAKEN_OVER)
+        registry.add(Connection(session, address, self._clock.seconds()))
 
-    def action_deregister(self, route: bytes, client: Client, message: object) -> None:
-        self._deregister(client)
-        if message is Event.EXPIRED:
+    def action_deregister(self, session: Session, event: Event) -> None:
+        """Forget the session's connection: readers, offers; requeue what it held."""
+        connection = self._connection(session)
+        self.registry.remove(connection)
+        self.streams.forget(connection)
+        self.post.withdraw(connection)
+        self.post.forget(connection)
+        if event is EXPIRED:
             self.counters.expired_clients += 1
 
-    def _deregister(self, client: Client) -> None:
-        """Forget C{client}: routing, readers, offers; requeue what it held."""
-        if client.state is State.GONE:
-            return
-        client.state = State.GONE
-        if self.clients.get(client.route) is client:
-            del self.clients[client.route]
-        if client.address and self.addresses.get(client.address) is client:
-            del self.addresses[client.address]
-        self.streams.forget(client)
-        self.post.withdraw(client)
-        self.post.forget(client)
+    def action_store_writer(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamWrite)
+        check_name("stream name", event.stream, self.limits.max_address)
+        self.streams.set_writer(self._connection(session), event.stream)
 
-    def action_store_writer(self, route: bytes, client: Client, message: mlm.StreamWrite) -> None:
-        self._check_name("stream name", message.stream)
-        self.streams.set_writer(client, message.stream)
+    def action_store_reader(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamRead)
+        connection = self._connection(session)
+        self._check_reading(connection, event.stream)
+        self.streams.subscribe(connection, event.stream, event.pattern)
 
-    def action_store_reader(self, route: bytes, client: Client, message: mlm.StreamRead) -> None:
-        self._check_name("stream name", message.stream)
-        self._check_subscriptions(client)
-        self.streams.subscribe(client, message.stream, message.pattern)
-
-    def action_store_reader_from(
-        self, route: bytes, client: Client, message: mlm.StreamReadFrom
-    ) -> None:
-        self._check_version(client, message)
-        self._check_name("stream name", message.stream)
-        self._check_subscriptions(client)
+    def action_store_reader_from(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamReadFrom)
+        connection = self._connection(session)
+        self._check_reading(connection, event.stream)
         self.streams.read_from(
-            client, message.stream, message.pattern, message.whence, message.position
+            connection, event.stream, event.pattern, event.whence, event.position
         )
 
-    def action_resume_streams(self, route: bytes, client: Client, message: object) -> None:
-        self.streams.resume_all(client)
+    def action_resume_streams(self, session: Session, event: Event) -> None:
+        self.streams.resume_all(self._connection(session))
 
-    def action_cancel_reader(self, route: bytes, client: Client, message: mlm.StreamCancel) -> None:
-        self.streams.cancel(client, message.stream)
+    def action_cancel_reader(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamCancel)
+        self.streams.cancel(self._connection(session), event.stream)
 
-    def action_write_to_stream(self, route: bytes, client: Client, message: mlm.StreamSend) -> None:
-        self.streams.write(client, message)
+    def action_write_to_stream(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamSend)
+        writer = self.registry.get(session)  # the hottest path: no helper call
+        assert writer is not None
+        self.streams.write(writer, event)
 
-    def action_write_to_mailbox(
-        self, route: bytes, client: Client, message: mlm.MailboxSend
-    ) -> None:
-        self._check_name("mailbox address", message.address)
-        self.post.post(Kind.MAILBOX, client, message)
+    def action_write_to_mailbox(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.MailboxSend)
+        self._post(Kind.MAILBOX, session, event)
 
-    def action_write_to_service(
-        self, route: bytes, client: Client, message: mlm.ServiceSend
-    ) -> None:
-        self._check_name("service address", message.address)
-        self.post.post(Kind.SERVICE, client, message)
+    def action_write_to_service(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.ServiceSend)
+        self._post(Kind.SERVICE, session, event)
 
-    def action_store_offer(self, route: bytes, client: Client, message: mlm.ServiceOffer) -> None:
-        self._check_name("service address", message.address)
-        self._check_subscriptions(client)
-        self.post.offer(client, message.address, message.pattern)
+    def _post(self, kind: Kind, session: Session, message: LetterMessage) -> None:
+        outcome = self.post.post(kind, self._connection(session), message)
+        if outcome.status is Posted.REFUSED:
+            assert outcome.refusal is not None
+            self._refused_silently(session, outcome.refusal)
 
-    def action_dispatch_offered(self, route: bytes, client: Client, message: object) -> None:
-        self.post.dispatch_offered(client)
+    def action_store_offer(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.ServiceOffer)
+        connection = self._connection(session)
+        check_name("service address", event.address, self.limits.max_address)
+        self._check_subscriptions(connection)
+        self.post.offer(connection, event.address, event.pattern)
 
-    def action_deliver_mail(self, route: bytes, client: Client, message: object) -> None:
-        self.post.deliver_mail(client)
+    def action_dispatch_offered(self, session: Session, event: Event) -> None:
+        self.post.dispatch_offered(self._connection(session))
 
-    def action_credit(self, route: bytes, client: Client, message: mlm.Credit) -> None:
-        client.credit = (client.credit or 0) + message.amount
+    def action_deliver_mail(self, session: Session, event: Event) -> None:
+        self.post.deliver_mail(self._connection(session))
 
-    def action_confirm(self, route: bytes, client: Client, message: mlm.Confirm) -> None:
-        self.post.confirm(client, message)
+    def action_credit(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.Credit)
+        connection = self._connection(session)
+        connection.credit = (connection.credit or 0) + event.amount
 
-    def action_done(self, route: bytes, client: Client, message: mlm.Done) -> None:
-        self._check_version(client, message)
-        self.post.done(client, message)
+    def action_confirm(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.Confirm)
+        self.post.confirm(self._connection(session), event)
+
+    def action_done(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.Done)
+        self.post.done(self._connection(session), event)
 
     # Checks
 
-    def _check_name(self, what: str, name: str, allow_empty: bool = False) -> None:
-        if not name and not allow_empty:
-            raise Refused(f"invalid {what}: it is empty")
-        limit = self.limits.max_address
-        if len(name.encode("utf-8", "surrogateescape")) > limit:
-            raise Refused(f"invalid {what}: longer than {limit} bytes")
+    def _check_reading(self, connection: Connection, stream: str) -> None:
+        check_name("stream name", stream, self.limits.max_address)
+        self._check_subscriptions(connection)
 
-    def _check_subscriptions(self, client: Client) -> None:
-        if client.subscriptions() >= self.limits.max_subscriptions:
-            raise Refused(f"too many subscriptions: the limit is {self.limits.max_subscriptions}")
-
-    def _check_version(self, client: Client, message: mlm.Message) -> None:
-        if client.version < 2 and isinstance(message, _VERSION_2):
-            name = mlm.MESSAGE_NAMES[message.ID]
-            raise Refused(f"command invalid: {name} needs protocol version 2", mlm.COMMAND_INVALID)
+    def _check_subscriptions(self, connection: Connection) -> None:
+        limit = self.limits.max_subscriptions
+        if connection.subscriptions() >= limit:
+            raise Refused(f"too many subscriptions: the limit is {limit}")
 
     # Time
 
     def expire_silent(self) -> None:
-        """Expire every client silent for longer than the timeout."""
+        """Expire every connection silent for longer than the timeout."""
         limit = self._clock.seconds() - self.config.timeout
-        for client in [c for c in self.clients.values() if c.last_seen < limit]:
-            _log.info("{client} expired after {timeout}s of silence",
-                      client=client, timeout=self.config.timeout)  # fmt: skip
-            self._event(client, Event.EXPIRED)
+        for connection in [c for c in self.registry if c.last_seen < limit]:
+            _log.info(
+                "{connection} expired after {timeout}s of silence",
+                connection=connection,
+                timeout=self.config.timeout,
+            )
+            self._fire(connection, EXPIRED)
+
+
+def check_actions(broker: type[Broker]) -> None:
+    """
+    Every action of the state table has its method in C{broker}; raises
+    ImportError otherwise. Run at import, so a typo fails there.
+    """
+    missing = [a.value for a in Action if not callable(getattr(broker, f"action_{a.value}", None))]
+    if missing:
+        raise ImportError(f"{broker.__name__} has no method for actions {missing}")
+
+
+check_actions(Broker)

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from malamute_pack.broker.session import Session
 
 
 class LetterState(enum.Enum):
     QUEUED = "queued"  # waiting in a mailbox or service queue
-    HELD = "held"  # delivered, tracked, waiting for the recipient's CONFIRM
+    HELD = "held"  # delivered, waiting for the recipient's answer (DONE or CONFIRM)
     DONE = "done"  # delivered and finished, or expired
 
 
@@ -33,7 +37,8 @@ class Letter:
     @ivar id: its number, from the journal when there is one; stable
         across restarts, and what a version 2 recipient answers DONE with.
     @ivar sender: the sender's address ("" for an anonymous client).
-    @ivar sender_route: the sender's routing id, to reach an anonymous sender.
+    @ivar origin: the session it came from, to reach an anonymous sender
+        (None for a letter recovered from the journal).
     @ivar address: the mailbox owner or the service name.
     @ivar deadline: when it expires undelivered (clock seconds), or None.
     """
@@ -41,17 +46,17 @@ class Letter:
     id: int
     kind: Kind
     sender: str
-    sender_route: bytes
     address: str
     subject: str
     tracker: str
-    content: list[bytes]
+    content: Sequence[bytes]
     deadline: float | None = None
+    origin: Session | None = field(default=None, repr=False)
     size: int = 0
     state: LetterState = LetterState.QUEUED
     queue: LetterQueue | None = field(default=None, repr=False)
     # Whether losing its recipient (expiry, disconnect) puts it back in its
-    # queue: a version 2 recipient's, or a tracked service request.
+    # queue: it is held until answered (Hold.UNTIL_ANSWERED).
     requeue_on_loss: bool = False
 
     def __post_init__(self) -> None:

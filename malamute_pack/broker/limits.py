@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from malamute_pack.broker.errors import Refused
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -45,3 +47,21 @@ class Limits:
         for name in ("max_subject", "max_address"):
             if getattr(self, name) > 255:
                 raise ValueError(f"limit {name} cannot exceed the wire's 255 bytes")
+
+
+def longer_than(text: str, limit: int) -> bool:
+    """
+    Whether C{text} takes more than C{limit} bytes in UTF-8 (a character
+    takes at most 4, so short texts are answered without encoding them).
+    """
+    if len(text) * 4 <= limit:
+        return False
+    return len(text.encode("utf-8", "surrogateescape")) > limit
+
+
+def check_name(what: str, name: str, limit: int, allow_empty: bool = False) -> None:
+    """Refuse an empty name (unless allowed) or one longer than C{limit} bytes."""
+    if not name and not allow_empty:
+        raise Refused(f"invalid {what}: it is empty")
+    if longer_than(name, limit):
+        raise Refused(f"invalid {what}: longer than {limit} bytes")

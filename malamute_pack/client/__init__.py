@@ -1,13 +1,42 @@
 """
 Malamute clients: L{MalamuteClient} for Twisted programs and
-L{BlockingClient} for scripts, both driving the sans-I/O L{ClientCore}.
+L{BlockingClient} for scripts, both driving one sans-I/O L{ClientCore}.
+
+What each module holds:
+
+- C{options}: L{ClientOptions}, the frozen settings both drivers take
+  (C{options=} and/or keyword overrides, resolved in one place).
+- C{facade}: the API both drivers share (commands, sends with their
+  STORED, credit, confirm, done, the state they report), written once.
+- C{reactor_client}, C{blocking}: the drivers; only their I/O differs
+  (Deferreds and L{ZmqSocket} in the reactor; a C{zmq.Poller} loop).
+- C{dealer}: the DEALER socket both connect through.
+- C{core}: L{ClientCore}, the composition of the parts below; it routes
+  each decoded message to its part.
+- C{machine}: the state table (state, event -> actions, next state) and
+  which states send, hold or refuse messages.
+- C{channel}: the command channel that applies the table: one OK/ERROR
+  command outstanding, a queue, reopen and replay, close.
+- C{subscriptions}: accepted settings and the replay plan (resume positions).
+- C{outbox}: messages sent or held, STORED matched in send order.
+- C{inbox}: deliveries, dedupe (C{dedupe}), DONE and trackers.
+- C{heartbeat}, C{credit}: pings and the silence timer; flow control.
+- C{events}, C{errors}: what the application receives, and what it catches.
+
+How a message flows. Out: an API call on a driver -> the facade -> the
+core (a command to the channel, a send to the outbox) -> frames encoded by
+L{malamute_pack.protocol.mlm} -> the driver's socket. In: frames from the
+socket -> the core decodes them -> OK/ERROR to the channel (command results,
+state changes), STORED to the outbox (send results), deliveries to the
+inbox -> the driver hands them to the application (C{recv()} or a callback)
+-> the inbox answers with DONE.
 
 Tests: ``tests/test_client_core.py``, ``tests/test_client_reactor.py``,
 ``tests/test_client_blocking.py``.
 """
 
 from malamute_pack.client.blocking import BlockingClient
-from malamute_pack.client.core import ClientCore, ClientState
+from malamute_pack.client.core import ClientCore
 from malamute_pack.client.errors import (
     BadEndpointError,
     BrokerUnreachableError,
@@ -17,6 +46,8 @@ from malamute_pack.client.errors import (
     MessageDroppedError,
 )
 from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.machine import ClientState
+from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.reactor_client import MalamuteClient
 
 __all__ = [
@@ -26,6 +57,7 @@ __all__ = [
     "ClientClosedError",
     "ClientCore",
     "ClientError",
+    "ClientOptions",
     "ClientState",
     "Confirmation",
     "Delivery",

@@ -4,7 +4,7 @@ and no threads. Every call blocks until it is done, and heartbeats are
 handled while a call blocks (in C{recv} or waiting for OK), by the same
 L{ClientCore} the Twisted client uses.
 
-    with BlockingClient("ipc://@/malamute", "me") as client:
+    with BlockingClient("ipc://@/malamute", "me", timeout=2.0) as client:
         client.set_consumer("weather", r"^temp\\.")
         delivery = client.recv(timeout=1.0)
 
@@ -12,8 +12,10 @@ A script that does not call the client for longer than the broker's
 timeout is expired by the broker; its next call meets ERROR 500, and the
 client opens again and replays its settings.
 
-The client speaks protocol version 2 by default (``version=1`` for the C
-broker; see L{malamute_pack.client.core}). With version 2, C{sendto} and
+Options (L{ClientOptions}) are given as C{options=} and/or as keyword
+overrides, as for the Twisted client. The client speaks protocol version 2
+by default (``version=1`` for the C broker; see
+L{malamute_pack.client.core}). With version 2, C{sendto} and
 C{sendfor} wait for the broker's STORED and return the message's id (raising
 L{MalamuteError} if it refused the message, or L{BrokerUnreachableError} if
 the connection is lost first: the message is then still sent when the broker
@@ -29,19 +31,20 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import TracebackType
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 import zmq
 from twisted.logger import Logger
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
+from malamute_pack.client.dealer import make_dealer
 from malamute_pack.client.errors import BrokerUnreachableError, ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
-from malamute_pack.client.facade import CoreFacade
-from malamute_pack.client.reactor_client import make_dealer
-from malamute_pack.protocol import mlm
+from malamute_pack.client.facade import ClientFacade
+from malamute_pack.client.options import ClientOptions, OptionOverrides, resolve_options
+from malamute_pack.client.outbox import StoredCallback
 
 _log = Logger()
 
@@ -56,7 +59,7 @@ class _MonotonicClock:
         return time.monotonic()
 
 
-class BlockingClient(CoreFacade):
+class BlockingClient(ClientFacade[None, int]):
     """
     A connection to a Malamute broker for code without a reactor.
 
@@ -65,28 +68,35 @@ class BlockingClient(CoreFacade):
 
     @ivar on_gap: if set, called with each L{Gap} (version 2) as it arrives
         (inside whichever call is waiting for input); C{gaps} counts them.
+    @ivar dropped_sends: messages dropped because the socket's send queue
+        stayed full for the timeout.
     """
 
     def __init__(
         self,
         endpoint: str,
-        address: str = "",
-        timeout: float = 5.0,
-        heartbeat: float = 1.0,
-        plain: tuple[str, str] | None = None,
+        address: str | None = None,
+        *,
+        options: ClientOptions | None = None,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
-        version: int = 2,
-        auto_done: bool = True,
         on_gap: Callable[[Gap], object] | None = None,
+        **overrides: Unpack[OptionOverrides],
     ) -> None:
+        """
+        Connect to the broker at C{endpoint} as C{address} ("" = anonymous).
+
+        @param options: the L{ClientOptions} (the defaults if None);
+            C{address} and the keyword C{overrides} replace their fields.
+        @param context: the ZeroMQ context (the global one if None).
+        @raise ValueError: for options that are not valid.
+        """
+        resolved = resolve_options(options, address, overrides)
         self._clock = _MonotonicClock()
-        self._core = ClientCore(
-            self._clock, self, address, timeout, heartbeat, version=version, auto_done=auto_done
-        )
+        self._core = ClientCore(self._clock, self, resolved)
         self.on_gap = on_gap
-        self._socket = make_dealer(context or zmq.Context.instance(), endpoint, plain)
+        self._socket = make_dealer(context or zmq.Context.instance(), endpoint, resolved.plain)
         # A full send queue blocks a script for at most the timeout, then drops.
-        self._socket.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+        self._socket.setsockopt(zmq.SNDTIMEO, int(resolved.timeout * 1000))
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
         self._deliveries: deque[Delivery] = deque()
@@ -94,51 +104,17 @@ class BlockingClient(CoreFacade):
         self.dropped_sends = 0
         self._due = 0.0  # when the core next wants its timers run
         try:
-            self._wait(self._core.connect)
+            self._run_command(self._core.connect)
         except BaseException:
             self._socket.close(linger=0)
             raise
-
-    # State
-
-    @property
-    def dropped(self) -> int:
-        """Messages dropped: the socket stayed full, or too many were held."""
-        return self.dropped_sends + self._core.held_dropped
-
-    # Commands
-
-    def set_producer(self, stream: str) -> None:
-        """Publish to C{stream} from now on."""
-        self._wait(lambda done: self._core.set_producer(stream, done))
-
-    def set_consumer(
-        self, stream: str, pattern: str, whence: int = mlm.LATEST, position: int = 0
-    ) -> None:
-        """
-        Read C{stream} for the subjects C{pattern} finds, from C{whence}:
-        C{mlm.LATEST} (from now on), or with version 2 C{mlm.EARLIEST},
-        C{mlm.SEQUENCE} (from message number C{position}) or C{mlm.TIME}
-        (from C{position}, milliseconds since the epoch).
-
-        @raise ValueError: for a position with version 1.
-        """
-        self._wait(lambda done: self._core.set_consumer(stream, pattern, done, whence, position))
-
-    def remove_consumer(self, stream: str) -> None:
-        """Stop reading C{stream}."""
-        self._wait(lambda done: self._core.remove_consumer(stream, done))
-
-    def set_worker(self, service: str, pattern: str) -> None:
-        """Serve requests to C{service} whose subjects C{pattern} finds."""
-        self._wait(lambda done: self._core.set_worker(service, pattern, done))
 
     def close(self) -> None:
         """Say CONNECTION_CLOSE, wait briefly for OK, close the socket."""
         if self._socket.closed:
             return
         try:
-            self._wait(self._core.close)
+            self._run_command(self._core.close)
         finally:
             self._socket.close(linger=0)
 
@@ -153,61 +129,6 @@ class BlockingClient(CoreFacade):
     ) -> None:
         self.close()
 
-    # Messages without a reply
-
-    def send(self, subject: str, content: Sequence[bytes]) -> None:
-        """Publish a message to the producer stream."""
-        self._core.send(subject, content)
-        self._tick()
-
-    def sendto(
-        self,
-        address: str,
-        subject: str,
-        content: Sequence[bytes],
-        tracker: str = "",
-        timeout_ms: int = 0,
-    ) -> int | None:
-        """
-        Send a letter to the mailbox C{address}.
-
-        @return: with version 1, None at once; with version 2, the message's
-            id once the broker stored it.
-        @raise MalamuteError: (version 2) the broker refused the message.
-        @raise BrokerUnreachableError: (version 2) the connection was lost
-            before STORED came; the message will still be sent.
-        """
-        if self._core.version < 2:
-            self._core.sendto(address, subject, content, tracker, timeout_ms)
-            self._tick()
-            return None
-        return self._wait_stored(
-            lambda stored: self._core.sendto(address, subject, content, tracker, timeout_ms, stored)
-        )
-
-    def sendfor(
-        self,
-        service: str,
-        subject: str,
-        content: Sequence[bytes],
-        tracker: str = "",
-        timeout_ms: int = 0,
-    ) -> int | None:
-        """
-        Send a request to C{service}; the reply comes to our mailbox.
-
-        @return: as for L{sendto}.
-        """
-        if self._core.version < 2:
-            self._core.sendfor(service, subject, content, tracker, timeout_ms)
-            self._tick()
-            return None
-        return self._wait_stored(
-            lambda stored: self._core.sendfor(
-                service, subject, content, tracker, timeout_ms, stored
-            )
-        )
-
     # Receiving
 
     def recv(self, timeout: float | None = None) -> Delivery | None:
@@ -217,9 +138,7 @@ class BlockingClient(CoreFacade):
         as it is returned.
         """
         delivery = self._next(self._deliveries, timeout)
-        if delivery is not None:
-            self._core.handed_over(delivery)
-        return delivery
+        return None if delivery is None else self._hand_over(delivery)
 
     def recv_confirm(self, timeout: float | None = None) -> Confirmation | None:
         """The next forwarded CONFIRM, or None if none came within C{timeout} seconds."""
@@ -261,18 +180,13 @@ class BlockingClient(CoreFacade):
     def confirmed(self, confirmation: Confirmation) -> None:
         self._confirmations.append(confirmation)
 
-    def gap(self, gap: Gap) -> None:
-        callback = self.on_gap
-        if callback is None:
-            return
-        try:
-            callback(gap)
-        except Exception:
-            _log.failure("on_gap raised")
+    # The I/O for the facade
 
-    # Driving the core
+    @property
+    def _socket_dropped(self) -> int:
+        return self.dropped_sends
 
-    def _wait(self, start: Callable[[Done], None]) -> None:
+    def _run_command(self, start: Callable[[Done], None]) -> None:
         """Start a command and turn the loop until it is done; raise its error."""
         result: list[ClientError | None] = []
         start(result.append)
@@ -281,20 +195,28 @@ class BlockingClient(CoreFacade):
         if result[0] is not None:
             raise result[0]
 
-    def _wait_stored(self, send: Callable[[Callable[[int | ClientError], None]], None]) -> int:
+    def _await_stored(self, send: Callable[[StoredCallback], None]) -> int:
         """Send a message that gets STORED; turn the loop until it comes."""
         result: list[int | ClientError] = []
         send(result.append)
         while not result:
             if self._core.state is ClientState.DISCONNECTED:
                 raise BrokerUnreachableError(
-                    f"nothing heard from the broker for {self._core.timeout}s; the message is "
-                    "held and will be sent when it answers"
+                    f"nothing heard from the broker for {self._core.options.timeout}s; the "
+                    "message is held and will be sent when it answers"
                 )
             self._turn(None)
         if isinstance(result[0], ClientError):
             raise result[0]
         return result[0]
+
+    def _sent(self) -> None:
+        self._tick()
+
+    def _keep_gap(self, gap: Gap) -> None:
+        pass  # counted in C{gaps}; only C{on_gap} sees them
+
+    # Driving the core
 
     def _turn(self, until: float | None) -> None:
         """Wait for input until C{until} or the core's next timer; handle both."""

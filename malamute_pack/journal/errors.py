@@ -11,8 +11,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from malamute_pack.broker.store import StoreError
 
-class JournalError(Exception):
+
+class JournalError(StoreError):
     """
     A journal operation failed. ``__cause__`` holds the original exception;
     ``sqlite_error`` is SQLite's error name (``"SQLITE_FULL"``...) when there

@@ -184,15 +184,18 @@ class Journal:
                 "SELECT min(seq) FROM stream_messages WHERE stream = ?", (stream,)
             ).fetchone()
             streams[stream] = (first if first is not None else last_seq + 1, last_seq)
-        queued = [
-            QueuedRecord(rid, kind, address, sender, subject, tracker, deadline, created,
-                         decode_frames(content))
-            for rid, kind, address, sender, subject, tracker, deadline, created, content
-            in conn.execute(
-                "SELECT id, kind, address, sender, subject, tracker, deadline, created, content "
-                "FROM queued_messages ORDER BY id"
+        rows = conn.execute(
+            "SELECT id, kind, address, sender, subject, tracker, deadline, created, content "
+            "FROM queued_messages ORDER BY id"
+        )
+        queued: list[QueuedRecord] = []
+        for rid, kind, address, sender, subject, tracker, deadline, created, blob in rows:
+            frames = decode_frames(blob)
+            queued.append(
+                QueuedRecord(
+                    rid, kind, address, sender, subject, tracker, deadline, created, frames
+                )
             )
-        ]  # fmt: skip
         row = conn.execute(
             "SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)
         ).fetchone()

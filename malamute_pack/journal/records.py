@@ -1,6 +1,7 @@
 """
-What the journal stores: stream records, queued (mailbox and service)
-records, and the one encoding of a message's content frames as a BLOB.
+What the journal stores: stream records and queued (mailbox and service)
+records (the types the broker model defines in L{malamute_pack.broker.store}),
+as rows, and the one encoding of a message's content frames as a BLOB.
 
 A BLOB is the frames one after another, each preceded by its length as a
 4-byte big-endian unsigned integer; no frames is the empty BLOB.
@@ -12,44 +13,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final, TypeAlias
+
+# Re-exported: the journal speaks of them as its own records.
+from malamute_pack.broker.store import QueuedRecord as QueuedRecord
+from malamute_pack.broker.store import StreamRecord as StreamRecord
 
 QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
 
 _LENGTH: Final = struct.Struct(">I")
 _MAX_FRAME: Final = 0xFFFFFFFF
-
-
-@dataclass(frozen=True, slots=True)
-class StreamRecord:
-    """One stream message with its per-stream sequence number."""
-
-    stream: str
-    seq: int
-    timestamp: float
-    sender: str
-    subject: str
-    content: tuple[bytes, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedRecord:
-    """
-    One message waiting in a mailbox (``kind="mailbox"``, ``address`` the
-    owner) or a service queue (``kind="service"``, ``address`` the service).
-    ``deadline`` is absolute epoch seconds, ``None`` for no timeout.
-    """
-
-    id: int
-    kind: str
-    address: str
-    sender: str
-    subject: str
-    tracker: str
-    deadline: float | None
-    created: float
-    content: tuple[bytes, ...]
 
 
 # A stream message as the writer inserts it, built once in the reactor thread

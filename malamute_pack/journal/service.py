@@ -32,10 +32,13 @@ class JournalService(Service):
         found = self.journal.open()
         _log.info(
             "journal {path}: {streams} streams, {letters} letters waiting{crash}",
-            path=str(self.journal.path), streams=len(found.streams), letters=len(found.queued),
+            path=str(self.journal.path),
+            streams=len(found.streams),
+            letters=len(found.queued),
             crash=" (the last run crashed: numbering jumps past what it may have used)"
-            if self.journal.crashed else "",
-        )  # fmt: skip
+            if self.journal.crashed
+            else "",
+        )
         self._recovered(found)
         super().startService()
 

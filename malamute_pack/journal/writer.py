@@ -321,9 +321,18 @@ class JournalWriter:
                 r = op.record
                 blob = encode_frames(r.content)
                 queued_rows.append(
-                    (r.id, r.kind, r.address, r.sender, r.subject, r.tracker, r.deadline,
-                     r.created, blob)
-                )  # fmt: skip
+                    (
+                        r.id,
+                        r.kind,
+                        r.address,
+                        r.sender,
+                        r.subject,
+                        r.tracker,
+                        r.deadline,
+                        r.created,
+                        blob,
+                    )
+                )
                 callbacks.append(op.on_durable)
                 written_bytes += len(blob)
                 self._unsaved_queued_last = max(self._unsaved_queued_last, r.id)

@@ -1,7 +1,7 @@
 """
 The broker's ROUTER socket as a Twisted service: binds every configured
-endpoint, feeds each received message to the broker model and sends the
-model's output back through the same socket.
+endpoint and feeds what arrives to the L{MlmSessions} of that socket, which
+decode it for the broker; the sessions answer through the same socket.
 
 Tests: ``tests/test_end_to_end.py``.
 """
@@ -15,7 +15,9 @@ from twisted.application.service import Service
 from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
-from malamute_pack.broker.broker import Broker
+from malamute_pack.broker.limits import Limits
+from malamute_pack.broker.session import Receiver
+from malamute_pack.transport.sessions import MlmSessions
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
 _log = Logger()
@@ -24,30 +26,23 @@ _log = Logger()
 ZAP_DOMAIN = "malamute"
 
 
-class RouterSink:
-    """The broker's L{FrameSink}: a ROUTER socket, addressed by routing id."""
-
-    def __init__(self) -> None:
-        self.socket: ZmqSocket | None = None
-
-    def send(self, route: bytes, frames: Sequence[bytes]) -> bool:
-        assert self.socket is not None, "the router is not bound"
-        return self.socket.send([route, *frames])
-
-
 class RouterService(Service):
     """
-    Binds a ROUTER socket on C{endpoints} and connects it to C{broker}.
+    Binds a ROUTER socket on C{endpoints}; its peers are sessions of
+    C{receiver} (the broker).
 
     @ivar plain: require PLAIN authentication (a ZAP handler must run).
+    @ivar bound: the endpoints bound, as ZeroMQ reports them (a C{*} port
+        replaced by the real one), once started.
+    @ivar sessions: the peers, once started.
     """
 
     def __init__(
         self,
         reactor: IReactorFDSet,
         context: zmq.Context[zmq.Socket[bytes]],
-        broker: Broker,
-        sink: RouterSink,
+        receiver: Receiver,
+        limits: Limits,
         endpoints: Sequence[str],
         plain: bool = False,
         sndhwm: int = 100_000,
@@ -55,13 +50,14 @@ class RouterService(Service):
     ) -> None:
         self._reactor = reactor
         self._context = context
-        self.broker = broker
-        self._sink = sink
+        self._receiver = receiver
+        self._limits = limits
         self.endpoints = list(endpoints)
         self.plain = plain
         self._sndhwm = sndhwm
         self._rcvhwm = rcvhwm
         self.socket: ZmqSocket | None = None
+        self.sessions: MlmSessions | None = None
         self.bound: list[str] = []
 
     def startService(self) -> None:
@@ -81,23 +77,26 @@ class RouterService(Service):
             raw.close(linger=0)
             raise
         self.socket = ZmqSocket(self._reactor, raw, self._received)
-        self._sink.socket = self.socket
-        self.broker.start()
+        self.sessions = MlmSessions(self._receiver, self.socket.send_to, self._limits)
         self.socket.startReading()
         super().startService()
 
     def _received(self, batch: Batch) -> None:
-        receive = self.broker.receive
+        assert self.sessions is not None
+        receive = self.sessions.receive
         for frames in batch:
             if len(frames) < 2:
                 continue  # a ROUTER always prepends the routing id
-            receive(frames[0], frames[1:])
+            try:
+                receive(frames[0], frames[1:])
+            except Exception:
+                # A bug met by one message must not cost the rest of the
+                # batch, nor the socket (the reactor drops a reader that raises).
+                _log.failure("handling a message from {route} failed", route=frames[0].hex())
 
     def stopService(self) -> None:
         super().stopService()
-        self.broker.stop()
         if self.socket is not None:
             self.socket.close()
             self.socket = None
-            self._sink.socket = None
         self.bound = []

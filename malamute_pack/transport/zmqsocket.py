@@ -42,6 +42,7 @@ def _recv_multipart(sock: zmq.Socket[bytes]) -> list[bytes]:
         frames.append(_recv(sock, _NOBLOCK))  # the rest of a message is always there
     return frames
 
+
 # One delivery to the owner: a list of multipart messages.
 Batch = list[list[bytes]]
 
@@ -121,11 +122,22 @@ class ZmqSocket:
         @return: False if it was dropped because the peer's queue is full
             (or, on a ROUTER with mandatory routing, the peer is unknown).
         """
+        return self.send_to(frames[0], frames[1:])
+
+    def send_to(self, first: bytes, rest: Sequence[bytes]) -> bool:
+        """
+        Send C{first} then C{rest} as one message (on a ROUTER, C{first} is
+        the peer's routing id); as L{send}.
+        """
         try:
             sock = self.socket
-            last = len(frames) - 1
-            for i, frame in enumerate(frames):
-                _send(sock, frame, _NOBLOCK if i == last else _MORE)
+            if not rest:
+                _send(sock, first, _NOBLOCK)
+            else:
+                _send(sock, first, _MORE)
+                last = len(rest) - 1
+                for i, frame in enumerate(rest):
+                    _send(sock, frame, _NOBLOCK if i == last else _MORE)
         except zmq.ZMQError as e:
             if e.errno not in (zmq.EAGAIN, zmq.EHOSTUNREACH):
                 raise

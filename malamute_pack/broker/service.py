@@ -1,5 +1,5 @@
 """
-A service: its queue of requests and the workers offering it, indexed by
+One service: its queue of requests and the workers offering it, indexed by
 pattern, with fair choice among the workers that can take a request.
 
 Tests: ``tests/test_broker_model.py``.
@@ -13,7 +13,7 @@ from malamute_pack.broker.letters import LetterQueue
 from malamute_pack.matching import SubscriptionIndex
 
 if TYPE_CHECKING:
-    from malamute_pack.broker.client import Client
+    from malamute_pack.broker.connection import Connection
 
 
 class Service:
@@ -22,15 +22,15 @@ class Service:
     def __init__(self, name: str, max_messages: int, max_bytes: int, cache_size: int) -> None:
         self.name = name
         self.queue = LetterQueue(f"service {name!r}", max_messages, max_bytes)
-        self.offers: SubscriptionIndex[Client] = SubscriptionIndex(cache_size)
+        self.offers: SubscriptionIndex[Connection] = SubscriptionIndex(cache_size)
 
-    def pick_worker(self, subject: str) -> Client | None:
+    def pick_worker(self, subject: str) -> Connection | None:
         """
         The worker to get a request with C{subject}: of those whose offer
         matches and that have credit, the one served least recently (first
         come, first served, then in turn).
         """
-        best: Client | None = None
+        best: Connection | None = None
         for worker in self.offers.match(subject):
             if worker.can_take() and (best is None or worker.last_dispatch < best.last_dispatch):
                 best = worker

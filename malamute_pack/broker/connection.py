@@ -1,0 +1,86 @@
+"""
+A connection: what the broker keeps for one session between its
+CONNECTION_OPEN and its end (close, expiry, takeover, violation): address,
+credit, what it writes and reads, what it serves, the letters it holds and
+the receipts it is owed.
+
+Tests: ``tests/test_broker_model.py``, ``tests/test_broker_sessions.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from malamute_pack.broker.machine import State
+from malamute_pack.broker.receipts import Receipts
+
+if TYPE_CHECKING:
+    from malamute_pack.broker.letters import Letter
+    from malamute_pack.broker.session import Session
+    from malamute_pack.broker.stream import Stream
+
+
+@dataclass(eq=False, slots=True)
+class Connection:
+    """
+    One open session's state in the model.
+
+    @ivar session: where its answers and deliveries go.
+    @ivar address: its address; "" for an anonymous client (no mailbox).
+    @ivar credit: None until it first sends CREDIT (unlimited, as libmlm
+        clients expect); afterwards how many more messages it may be sent.
+    @ivar writer: the stream it publishes to, if any.
+    @ivar reading: stream name to the patterns it reads with.
+    @ivar offers: service name to the patterns it serves.
+    @ivar behind: stream name to the next sequence number to send it from
+        the journal (it ran out of credit, or asked for a position); absent
+        while it reads live.
+    @ivar replaying: streams with a journal read under way for it.
+    @ivar held: letters delivered to it and not answered yet, by letter id.
+    @ivar receipts: the outcomes owed to it for the letters it sent.
+    @ivar last_dispatch: when it last got a service request (dispatch count),
+        so the least recently served worker gets the next one.
+    """
+
+    session: Session
+    address: str
+    last_seen: float
+    state: State = State.CONNECTED
+    credit: int | None = None
+    writer: Stream | None = None
+    reading: dict[str, set[str]] = field(default_factory=dict)
+    offers: dict[str, set[str]] = field(default_factory=dict)
+    behind: dict[str, int] = field(default_factory=dict)
+    replaying: set[str] = field(default_factory=set)
+    held: dict[int, Letter] = field(default_factory=dict)
+    receipts: Receipts = field(default_factory=Receipts)
+    last_dispatch: int = 0
+    dropped: int = 0
+
+    @property
+    def gone(self) -> bool:
+        return self.state is State.GONE
+
+    def can_take(self) -> bool:
+        """Whether one more message may be sent to it now."""
+        return self.credit is None or self.credit > 0
+
+    def took(self) -> None:
+        """It was sent one message: that uses one credit, if it uses credit."""
+        if self.credit is not None:
+            self.credit -= 1
+
+    def subscriptions(self) -> int:
+        return sum(map(len, self.reading.values())) + sum(map(len, self.offers.values()))
+
+    def release(self, tracker: str) -> Letter | None:
+        """The oldest held letter with C{tracker}, now released, if any."""
+        for letter in self.held.values():
+            if letter.tracker == tracker:
+                del self.held[letter.id]
+                return letter
+        return None
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.address or '(anonymous)'} {self.session!r}>"

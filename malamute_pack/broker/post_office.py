@@ -1,0 +1,406 @@
+"""
+The post office: mailboxes and service queues. Letters are stored
+(journaled when there is a journal), their senders get a receipt once the
+letter is durable or refused, and they are delivered when their recipient
+can take them, held until the recipient answers them where its session's
+policy says so, requeued when a recipient is lost holding one, and expired
+at their deadline.
+
+What a hand-over leaves the broker holding is the recipient session's
+policy (L{Hold}): with MLM version 2 every letter until DONE (or CONFIRM by
+tracker); with version 1 a tracked service request until CONFIRM, a tracked
+mailbox letter only so that its CONFIRM reaches the sender, anything else
+nothing. A held letter whose recipient is lost goes back to its queue,
+unless it was held only for the CONFIRM.
+
+Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``,
+``tests/test_broker_sessions.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+
+from malamute_pack.broker.connection import Connection
+from malamute_pack.broker.deadlines import Deadlines
+from malamute_pack.broker.errors import Refused
+from malamute_pack.broker.letters import Kind, Letter, LetterQueue, LetterState, QueueFull
+from malamute_pack.broker.limits import Limits, check_name, longer_than
+from malamute_pack.broker.receipts import Receipt
+from malamute_pack.broker.registry import Registry
+from malamute_pack.broker.service import Service
+from malamute_pack.broker.session import Hold
+from malamute_pack.broker.store import QueuedRecord, Store, StoreError
+from malamute_pack.broker.streams import check_pattern
+from malamute_pack.protocol import mlm
+
+_log = Logger()
+
+LetterMessage = mlm.MailboxSend | mlm.ServiceSend
+
+
+class Posted(enum.Enum):
+    """What became of a letter at once."""
+
+    STORED = "stored"  # queued for its recipient (durable once journaled)
+    DELIVERED = "delivered"  # handed to its recipient at once
+    REFUSED = "refused"  # not taken; its sender's receipt says why
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of L{PostOffice.post}: what became of the letter, and why if refused."""
+
+    status: Posted
+    refusal: Refused | None = None
+
+
+_STORED: Final = Outcome(Posted.STORED)
+_DELIVERED: Final = Outcome(Posted.DELIVERED)
+
+
+class PostOffice:
+    """The broker's mailboxes and services."""
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        store: Store | None,
+        limits: Limits,
+        match_cache: int,
+        registry: Registry,
+    ) -> None:
+        self._clock = clock
+        self._store = store
+        self._limits = limits
+        self._match_cache = match_cache
+        self._registry = registry
+        self.mailboxes: dict[str, LetterQueue] = {}
+        self.services: dict[str, Service] = {}
+        self._deadlines = Deadlines()
+        self._deadline_call: IDelayedCall | None = None
+        self._dispatches = 0
+        self._ids = itertools.count(1)  # letter ids when there is no journal
+        self.stored = 0
+        self.delivered = 0
+        self.requeued = 0
+        self.expired = 0
+        self.confirms = 0
+        self.journal_errors = 0
+
+    def stop(self) -> None:
+        if self._deadline_call is not None and self._deadline_call.active():
+            self._deadline_call.cancel()
+        self._deadline_call = None
+
+    # Queues
+
+    def mailbox(self, address: str) -> LetterQueue:
+        mailbox = self.mailboxes.get(address)
+        if mailbox is None:
+            mailbox = self.mailboxes[address] = LetterQueue(
+                f"mailbox {address!r}",
+                self._limits.mailbox_max_messages,
+                self._limits.mailbox_max_bytes,
+            )
+        return mailbox
+
+    def service(self, name: str) -> Service:
+        service = self.services.get(name)
+        if service is None:
+            service = self.services[name] = Service(
+                name,
+                self._limits.service_max_messages,
+                self._limits.service_max_bytes,
+                self._match_cache,
+            )
+        return service
+
+    def _queue_of(self, kind: Kind, address: str) -> LetterQueue:
+        if kind is Kind.MAILBOX:
+            return self.mailbox(address)
+        return self.service(address).queue
+
+    # Posting
+
+    def post(self, kind: Kind, sender: Connection, message: LetterMessage) -> Outcome:
+        """
+        Take a letter from C{sender}: store it, settle its receipt once it
+        is durable (or at once if refused), and deliver it if its recipient
+        can take it now.
+        """
+        receipt = sender.receipts.expect(message.tracker)
+        try:
+            letter = self._accept(kind, sender, message, receipt)
+        except Refused as e:
+            self._settle(sender, receipt, 0, e.code, e.reason)
+            return Outcome(Posted.REFUSED, refusal=e)
+        self.stored += 1
+        if self._store is None:
+            self._settle(sender, receipt, letter.id, mlm.SUCCESS, "stored")
+        if kind is Kind.MAILBOX:
+            owner = self._registry.holder(letter.address)
+            if owner is not None:
+                self.deliver_mail(owner)
+        else:
+            self.dispatch(self.service(letter.address))
+        return _STORED if letter.state is LetterState.QUEUED else _DELIVERED
+
+    def refuse(self, sender: Connection, message: LetterMessage, refusal: Refused) -> None:
+        """A letter was refused before it reached the post office: its receipt says so."""
+        receipt = sender.receipts.expect(message.tracker)
+        self._settle(sender, receipt, 0, refusal.code, refusal.reason)
+
+    def _accept(
+        self, kind: Kind, sender: Connection, message: LetterMessage, receipt: Receipt
+    ) -> Letter:
+        limits = self._limits
+        check_name(f"{kind.value} address", message.address, limits.max_address)
+        if longer_than(message.subject, limits.max_subject):
+            raise Refused(f"invalid subject: longer than {limits.max_subject} bytes")
+        deadline = self._clock.seconds() + message.timeout / 1000.0 if message.timeout else None
+        letter = Letter(
+            0,
+            kind,
+            sender.address,
+            message.address,
+            message.subject,
+            message.tracker,
+            message.content,
+            deadline,
+            sender.session,
+        )
+        try:
+            self._queue_of(kind, message.address).append(letter)
+        except QueueFull as e:
+            raise Refused(f"queue full: {e}; retry later") from e
+        if self._store is None:
+            letter.id = next(self._ids)
+        else:
+            letter.id = self._store.store_queued(
+                kind.value,
+                letter.address,
+                letter.sender,
+                letter.subject,
+                letter.tracker,
+                deadline,
+                letter.content,
+                lambda error: self._durable(sender, letter, receipt, error),
+            ).id
+        if deadline is not None:
+            self._deadlines.add(letter)
+            self._schedule_deadline()
+        return letter
+
+    def _durable(
+        self, sender: Connection, letter: Letter, receipt: Receipt, error: StoreError | None
+    ) -> None:
+        if error is None:
+            self._settle(sender, receipt, letter.id, mlm.SUCCESS, "stored")
+            return
+        self.journal_errors += 1
+        _log.error(
+            "letter {id} to {address!r} not journaled: {error}",
+            id=letter.id,
+            address=letter.address,
+            error=error,
+        )
+        if letter.state is LetterState.DONE and not letter.requeue_on_loss:
+            # Already handed over and finished with: nothing is left to lose.
+            self._settle(sender, receipt, letter.id, mlm.SUCCESS, "delivered, not journaled")
+            return
+        if letter.state is LetterState.QUEUED:
+            # Not stored, not delivered: the sender's retry is its only copy.
+            if letter.queue is not None:
+                letter.queue.remove(letter)
+            letter.state = LetterState.DONE
+        # Else a recipient holds it: the sender still hears of the failure
+        # and may retry, duplicating it (at least once, never lost).
+        self._settle(sender, receipt, 0, mlm.FAILED, f"journal error: {error.reason}; retry later")
+
+    def _settle(
+        self, sender: Connection, receipt: Receipt, letter_id: int, code: int, reason: str
+    ) -> None:
+        """Settle C{receipt}; the sender gets every receipt now due, in send order."""
+        ready = sender.receipts.settle(receipt, letter_id, code, reason)
+        if sender.gone:
+            return
+        for settled in ready:
+            sender.session.stored(settled)
+
+    # Delivery
+
+    def deliver_mail(self, connection: Connection) -> None:
+        """Deliver C{connection}'s waiting mail while it can take it."""
+        mailbox = self.mailboxes.get(connection.address) if connection.address else None
+        if mailbox is None:
+            return
+        while connection.can_take():
+            letter = mailbox.first()
+            if letter is None:
+                return
+            mailbox.remove(letter)
+            self._hand_over(connection, letter)
+
+    def dispatch(self, service: Service) -> None:
+        """Hand queued requests to workers that match and can take them."""
+        if not len(service.queue):
+            return
+        for letter in list(service.queue):
+            worker = service.pick_worker(letter.subject)
+            if worker is None:
+                continue
+            service.queue.remove(letter)
+            self._dispatches += 1
+            worker.last_dispatch = self._dispatches
+            self._hand_over(worker, letter)
+
+    def dispatch_offered(self, connection: Connection) -> None:
+        for name in connection.offers:
+            self.dispatch(self.services[name])
+
+    def _hand_over(self, recipient: Connection, letter: Letter) -> None:
+        self.delivered += 1
+        session = recipient.session
+        hold = session.hold(letter)
+        if hold is Hold.UNTIL_ANSWERED:
+            self._hold(recipient, letter, requeue_on_loss=True)
+        else:
+            self._forget(letter)
+            if hold is Hold.FOR_CONFIRM:
+                self._hold(recipient, letter, requeue_on_loss=False)
+        recipient.took()
+        session.deliver_letter(letter)
+
+    def _hold(self, recipient: Connection, letter: Letter, requeue_on_loss: bool) -> None:
+        letter.state = LetterState.HELD
+        letter.requeue_on_loss = requeue_on_loss
+        recipient.held[letter.id] = letter
+
+    def _forget(self, letter: Letter) -> None:
+        letter.state = LetterState.DONE
+        if self._store is not None:
+            self._store.remove_queued(letter.id)
+
+    # Completion
+
+    def confirm(self, recipient: Connection, message: mlm.Confirm) -> None:
+        """A recipient's CONFIRM of a tracked letter: done, and the sender hears."""
+        letter = recipient.release(message.tracker)
+        if letter is None:
+            raise Refused(f"unknown tracker: {message.tracker!r} was not delivered to {recipient}")
+        self._complete(letter, message.status_code, message.status_reason)
+
+    def done(self, recipient: Connection, message: mlm.Done) -> None:
+        """A recipient's DONE: the letter leaves the journal."""
+        letter = recipient.held.pop(message.id, None)
+        if letter is None:
+            raise Refused(f"unknown letter: {message.id} is not held by {recipient}")
+        self._complete(letter, message.status_code, message.status_reason)
+
+    def _complete(self, letter: Letter, code: int, reason: str) -> None:
+        if letter.requeue_on_loss:
+            self._forget(letter)
+        letter.state = LetterState.DONE
+        self.confirms += 1
+        self._notify_sender(letter, code, reason or "confirmed by recipient")
+
+    def _notify_sender(self, letter: Letter, code: int, reason: str) -> None:
+        """Tell a tracked letter's sender, wherever it is now connected, of its end."""
+        if not letter.tracker:
+            return
+        sender = self._registry.holder(letter.sender) if letter.sender else None
+        if sender is None and letter.origin is not None:
+            sender = self._registry.get(letter.origin)
+        if sender is not None:
+            sender.session.confirm(letter.tracker, code, reason)
+
+    def forget(self, connection: Connection) -> None:
+        """A connection is gone: what it held and must not lose goes back to its queue."""
+        touched: set[Service] = set()
+        for letter in connection.held.values():
+            if not letter.requeue_on_loss:
+                continue
+            self._queue_of(letter.kind, letter.address).requeue(letter)
+            self.requeued += 1
+            if letter.deadline is not None:
+                self._deadlines.add(letter)
+                self._schedule_deadline()
+            if letter.kind is Kind.SERVICE:
+                touched.add(self.service(letter.address))
+        connection.held.clear()
+        connection.receipts.clear()
+        for service in touched:
+            self.dispatch(service)
+
+    def restore(self, records: Iterable[QueuedRecord]) -> int:
+        """Put letters recovered from the journal back in their queues (startup)."""
+        count = 0
+        for record in records:
+            kind = Kind(record.kind)
+            letter = Letter(
+                record.id,
+                kind,
+                record.sender,
+                record.address,
+                record.subject,
+                record.tracker,
+                record.content,
+                record.deadline,
+            )
+            self._queue_of(kind, letter.address).append(letter, bounded=False)
+            if letter.deadline is not None:
+                self._deadlines.add(letter)
+            count += 1
+        self._schedule_deadline()
+        return count
+
+    # Offers
+
+    def offer(self, worker: Connection, name: str, pattern: str) -> None:
+        check_pattern(pattern)
+        service = self.service(name)
+        if service.offers.subscribe(worker, pattern):
+            worker.offers.setdefault(name, set()).add(pattern)
+
+    def withdraw(self, worker: Connection) -> None:
+        for name in worker.offers:
+            self.services[name].offers.unsubscribe_owner(worker)
+        worker.offers.clear()
+
+    # Time
+
+    def _schedule_deadline(self) -> None:
+        when = self._deadlines.next_deadline()
+        if when is None:
+            return
+        call = self._deadline_call
+        if call is not None and call.active():
+            if call.getTime() <= when:
+                return
+            call.cancel()
+        self._deadline_call = self._clock.callLater(
+            max(0.0, when - self._clock.seconds()), self._expire_letters
+        )
+
+    def _expire_letters(self) -> None:
+        self._deadline_call = None
+        for letter in self._deadlines.pop_due(self._clock.seconds()):
+            assert letter.queue is not None
+            letter.queue.remove(letter)
+            self._forget(letter)
+            self.expired += 1
+            _log.info(
+                "{kind} message to {address!r} expired undelivered",
+                kind=letter.kind.value,
+                address=letter.address,
+            )
+            self._notify_sender(letter, mlm.FAILED, "expired: not delivered before its timeout")
+        self._schedule_deadline()

@@ -1,0 +1,74 @@
+"""
+Receipts: what the broker owes the sender of each letter (a MAILBOX_SEND or
+SERVICE_SEND) once it knows the letter's fate, in the order the letters were
+sent, whatever order the journal settles them in.
+
+Every letter a connection sends gets a L{Receipt} when it arrives; the
+receipt is settled when the letter is refused (at once) or journaled (later,
+by the journal's group commit). Settled receipts at the head of the queue go
+to the sender's session (L{Session.stored}); the session's dialect decides
+what a receipt becomes on the wire (a STORED for protocol version 2, a
+CONFIRM for a refused tracked letter in version 1, or nothing).
+
+Tests: ``tests/test_broker_receipts.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from malamute_pack.protocol import mlm
+
+
+@dataclass(eq=False, slots=True)
+class Receipt:
+    """
+    The outcome of one letter, owed to its sender.
+
+    @ivar tracker: the sender's tracker for the letter ("" for none).
+    @ivar id: the letter's id once stored (0 if refused).
+    @ivar code: a protocol status code once settled (200 stored, 300
+        refused or lost); None until then.
+    """
+
+    tracker: str
+    id: int = 0
+    code: int | None = None
+    reason: str = ""
+
+    @property
+    def refused(self) -> bool:
+        return self.code is not None and self.code != mlm.SUCCESS
+
+
+class Receipts:
+    """A connection's receipts, oldest first."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[Receipt] = deque()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def expect(self, tracker: str) -> Receipt:
+        """Reserve the receipt for a letter just sent, behind those sent before it."""
+        receipt = Receipt(tracker)
+        self._waiting.append(receipt)
+        return receipt
+
+    def settle(self, receipt: Receipt, letter_id: int, code: int, reason: str) -> list[Receipt]:
+        """
+        Settle C{receipt}; the settled receipts now at the head, in send
+        order, which leave the queue (none while an older one is unsettled).
+        """
+        receipt.id, receipt.code, receipt.reason = letter_id, code, reason
+        waiting = self._waiting
+        ready: list[Receipt] = []
+        while waiting and waiting[0].code is not None:
+            ready.append(waiting.popleft())
+        return ready
+
+    def clear(self) -> None:
+        """Forget every receipt (the connection is gone: nobody to tell)."""
+        self._waiting.clear()

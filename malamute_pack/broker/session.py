@@ -1,0 +1,104 @@
+"""
+Sessions: how the broker model meets the parties connected to it.
+
+A L{Session} stands for one connected party: an MLM client over ZeroMQ
+today (L{malamute_pack.transport.mlm_session}); a peer broker, a pair
+partner or a bridge tomorrow. The model never sees how a session reaches
+its party: it answers and delivers by calling the session, and the session's
+dialect decides the encoding (MLM v1, v2, a peer protocol) and the policy
+(what a delivered letter leaves the broker holding, which commands exist).
+
+A transport feeds the model through the L{Receiver} interface, which the
+broker implements: decoded messages with the session they came from, and
+the input it could not decode or that broke a size limit.
+
+Tests: ``tests/test_broker_sessions.py`` (an in-memory session drives the
+model), ``tests/test_transport_sessions.py`` (the MLM sessions).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+from malamute_pack.broker.letters import Letter
+from malamute_pack.broker.receipts import Receipt
+from malamute_pack.broker.store import StreamRecord
+from malamute_pack.protocol import mlm
+
+
+class Hold(enum.Enum):
+    """What the broker keeps of a letter once it is handed to a session."""
+
+    # Done with at hand-over: it leaves the queue and the journal.
+    NOTHING = "nothing"
+    # Done with at hand-over, but remembered so that the recipient's CONFIRM
+    # (by tracker) reaches the sender.
+    FOR_CONFIRM = "for confirm"
+    # Kept, and journaled, until the recipient answers it (DONE or CONFIRM);
+    # back in its queue if the recipient is lost first.
+    UNTIL_ANSWERED = "until answered"
+
+
+class Session(Protocol):
+    """One connected party, as the broker model sees it."""
+
+    # Policy (the session's dialect decides)
+
+    def speaks(self, command: type[mlm.Message]) -> bool:
+        """Whether C{command} is part of this session's protocol."""
+
+    def hold(self, letter: Letter) -> Hold:
+        """What handing C{letter} to this session leaves the broker holding."""
+
+    # Lifecycle
+
+    def attached(self) -> None:
+        """The broker registered a connection for this session (it opened)."""
+
+    def detached(self) -> None:
+        """The broker forgot the session's connection (closed, expired, replaced)."""
+
+    # Answers to commands
+
+    def ok(self) -> None:
+        """The last command succeeded."""
+
+    def error(self, code: int, reason: str) -> None:
+        """The last command (or the input) was refused."""
+
+    def pong(self) -> None:
+        """Answer a PING."""
+
+    # Deliveries
+
+    def deliver_stream(self, record: StreamRecord) -> None:
+        """
+        A stream message for this reader. The same record object goes to
+        every reader of one fan-out, so a session may reuse its encoding.
+        """
+
+    def deliver_letter(self, letter: Letter) -> None:
+        """A mailbox message or service request for this recipient."""
+
+    def gap(self, stream: str, missed: int, available: int) -> None:
+        """Retention removed messages C{missed} to C{available - 1} before this reader got them."""
+
+    def stored(self, receipt: Receipt) -> None:
+        """The outcome of a letter this session sent (receipts come in send order)."""
+
+    def confirm(self, tracker: str, code: int, reason: str) -> None:
+        """The recipient of a tracked letter this session sent answered it (or it expired)."""
+
+
+class Receiver(Protocol):
+    """What a transport feeds: the broker, as its transports see it."""
+
+    def receive(self, session: Session, message: mlm.Message) -> None:
+        """One decoded message from C{session}."""
+
+    def malformed(self, session: Session, reason: str) -> None:
+        """Input from C{session} that did not decode."""
+
+    def oversized(self, session: Session, message: mlm.Message, reason: str) -> None:
+        """A message from C{session} over the size limits (C{reason} says which)."""

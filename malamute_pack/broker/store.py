@@ -1,0 +1,109 @@
+"""
+What the broker model needs from durable storage: the L{Store} interface,
+the records it reads back (L{StreamRecord}, L{QueuedRecord}) and the error it
+reports (L{StoreError}). The model defines them; the journal
+(L{malamute_pack.journal.Journal}) implements them, so the model never
+imports the journal and runs without one (``--no-journal``).
+
+Tests: ``tests/test_broker_durable.py`` (the model on a real journal),
+``tests/test_journal_records.py`` (the records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from twisted.internet.defer import Deferred
+
+
+class StreamRecord(NamedTuple):
+    """
+    One stream message with its per-stream sequence number: what a reader
+    is delivered, live or from the journal. (A named tuple: one is made for
+    every message written, and it is the cheapest immutable record.)
+
+    @ivar timestamp: when the broker took it, in epoch seconds.
+    @ivar sender: the writer's address ("" for an anonymous writer).
+    """
+
+    stream: str
+    seq: int
+    timestamp: float
+    sender: str
+    subject: str
+    content: Sequence[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRecord:
+    """
+    One message waiting in a mailbox (``kind="mailbox"``, ``address`` the
+    owner) or a service queue (``kind="service"``, ``address`` the service).
+    ``deadline`` is absolute epoch seconds, ``None`` for no timeout.
+    """
+
+    id: int
+    kind: str
+    address: str
+    sender: str
+    subject: str
+    tracker: str
+    deadline: float | None
+    created: float
+    content: tuple[bytes, ...]
+
+
+class StoreError(Exception):
+    """
+    A store operation failed; C{reason} is a short text for clients (no
+    paths, the cause first).
+    """
+
+    reason: str = "write failed"
+
+
+# Called once a queued record is durable (None) or could not be made so.
+DurableCallback = Callable[[StoreError | None], None]
+
+
+class Store(Protocol):
+    """
+    Stream records with sequence numbers, and durable queued letters. Every
+    call returns at once: writes are committed later (group commit) and
+    reported through C{on_durable}; reads of committed data fire a Deferred.
+    """
+
+    def append_stream(
+        self, stream: str, sender: str, subject: str, content: Sequence[bytes], timestamp: float
+    ) -> int:
+        """Journal a stream message; its sequence number, assigned now."""
+
+    def first_seq(self, stream: str) -> int:
+        """The first sequence number still retained (last + 1 for none)."""
+
+    def last_seq(self, stream: str) -> int:
+        """The last sequence number assigned (0 for none)."""
+
+    def read_stream(self, stream: str, from_seq: int, limit: int) -> Deferred[list[StreamRecord]]:
+        """Up to C{limit} records from C{from_seq} on, committed or not."""
+
+    def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
+        """The first sequence number with a timestamp at or after C{t}."""
+
+    def store_queued(
+        self,
+        kind: str,
+        address: str,
+        sender: str,
+        subject: str,
+        tracker: str,
+        deadline: float | None,
+        content: Sequence[bytes],
+        on_durable: DurableCallback,
+    ) -> QueuedRecord:
+        """Journal a mailbox or service letter; C{on_durable} once committed (or failed)."""
+
+    def remove_queued(self, record_id: int) -> None:
+        """Forget a letter that is done with."""
