@@ -1,10 +1,14 @@
 """
 ``twistd malamute``: the command-line options and the service they make.
 
-The service is a L{MultiService} of, in start order: the ZAP handler (when
-PLAIN is on), the journal (unless ``--no-journal``; it opens and hands the
-letters it recovered to the broker), the broker model (L{BrokerService}:
-its timers) and the ROUTER socket whose sessions feed the model. They stop
+The service is a L{MultiService} of, in start order: the data directory's
+lock (L{malamute_pack.datadir}: one broker per data directory, journal or
+not), the ZAP handler (when PLAIN is on), the journal (unless
+``--no-journal``; it checks its identity against the data directory's
+marker, opens and hands the letters it recovered to the broker), the
+broker model (L{BrokerService}: its timers) and the ROUTER socket whose
+sessions feed the model, behind a read gate the journal's backlog closes
+(L{malamute_pack.transport.gate}). They stop
 in the reverse order. Everything but the journal's writer and reader
 threads runs in the reactor thread.
 
@@ -23,8 +27,10 @@ from twisted.python import usage
 
 from malamute_pack import settings as _settings
 from malamute_pack.broker.broker import Broker, BrokerConfig
-from malamute_pack.journal import Journal, Recovered
+from malamute_pack.datadir import DataDirService
+from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.service import JournalService
+from malamute_pack.transport.gate import ReadGate
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zap import PasswordFileError, ZapHandler, load_passwords
 from malamute_pack.zpl import ZplError, load_zpl
@@ -113,6 +119,10 @@ def makeBrokerService(
     if context is None:
         context = zmq.Context()
     top = MultiService()
+    # First to start, last to stop: one broker per data directory, journal or not.
+    lock = DataDirService(settings.data_dir)
+    lock.setName("data-dir")
+    lock.setServiceParent(top)
     plain = settings.mechanism == "plain"
     if plain:
         assert settings.passwords is not None
@@ -126,7 +136,14 @@ def makeBrokerService(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     clock: IReactorTime = reactor  # type: ignore[assignment]
     journal = (
-        Journal(settings.journal_path, clock, settings.journal_config) if settings.journal else None
+        Journal(
+            settings.journal_path,
+            clock,
+            settings.journal_config,
+            marker=settings.data_dir / JOURNAL_MARKER,
+        )
+        if settings.journal
+        else None
     )
     broker = Broker(
         clock,
@@ -150,6 +167,13 @@ def makeBrokerService(
     )
     router.setName("router")
     router.setServiceParent(top)
+    if journal is not None:
+        # A journal that falls behind stops the broker reading from its
+        # clients (their sends wait in ZeroMQ and TCP) until it catches up.
+        gate = ReadGate(clock)
+        gate.add(router)
+        gate.watch(broker.listening)
+        journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
     return top
 
 

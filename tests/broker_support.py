@@ -38,6 +38,8 @@ class BrokerHarness:
         config = config or BrokerConfig(timeout=5.0)
         self.clock = ThreadedClock()
         self.sent: dict[bytes, list[list[bytes]]] = {}
+        # Peers whose queues are full: nothing can be sent to them.
+        self.full: set[bytes] = set()
         self.journal: Journal | None = None
         if journal_at is not None:
             self.journal = Journal(
@@ -50,8 +52,11 @@ class BrokerHarness:
             self.broker.restore(self.recovered.queued)
         self.broker.start()
 
-    def _record(self, route: bytes, frames: Sequence[bytes]) -> None:
+    def _record(self, route: bytes, frames: Sequence[bytes]) -> bool:
+        if route in self.full:
+            return False
         self.sent.setdefault(route, []).append(list(frames))
+        return True
 
     def connected(self, route: bytes) -> bool:
         """Whether peer C{route} has an open connection."""

@@ -42,6 +42,7 @@ class InMemorySession:
     @ivar letters: the letters delivered.
     @ivar receipts: the receipts settled for its letters.
     @ivar attachments: +1 per attached(), -1 per detached(), in order.
+    @ivar full: while True, deliveries are refused (the party does not drain).
     """
 
     name: str
@@ -52,6 +53,7 @@ class InMemorySession:
     letters: list[Letter] = field(default_factory=list)
     receipts: list[Receipt] = field(default_factory=list)
     attachments: list[int] = field(default_factory=list)
+    full: bool = False
 
     def __repr__(self) -> str:
         return f"<in-memory session {self.name}>"
@@ -88,13 +90,19 @@ class InMemorySession:
     def pong(self) -> None:
         self.said.append(Said("pong"))
 
-    def deliver_stream(self, record: StreamRecord) -> None:
+    def deliver_stream(self, record: StreamRecord) -> bool:
+        if self.full:
+            return False
         self.records.append(record)
         self.said.append(Said("stream", (record.stream, record.seq, record.subject)))
+        return True
 
-    def deliver_letter(self, letter: Letter) -> None:
+    def deliver_letter(self, letter: Letter) -> bool:
+        if self.full:
+            return False
         self.letters.append(letter)
         self.said.append(Said("letter", (letter.kind.value, letter.address, letter.subject)))
+        return True
 
     def gap(self, stream: str, missed: int, available: int) -> None:
         self.said.append(Said("gap", (stream, missed, available)))

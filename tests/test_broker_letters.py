@@ -1,7 +1,8 @@
 """
 Tests for L{malamute_pack.broker.letters} (letters and the bounded
 first-in first-out queue that holds them: a mailbox or a service queue) and
-L{malamute_pack.broker.deadlines} (which queued letters are due to expire).
+L{malamute_pack.broker.deadlines} (which queued letters are due to expire, and
+which held requests are due to go back to their queue).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.broker.deadlines import Deadlines
+from malamute_pack.broker.deadlines import Deadlines, Leases
 from malamute_pack.broker.letters import Kind, Letter, LetterQueue, LetterState, QueueFull
 
 
@@ -128,7 +129,7 @@ class DeadlinesTests(SynchronousTestCase):
     def test_nothingDue(self) -> None:
         """With no letter there is no next deadline and nothing due."""
         deadlines = Deadlines()
-        self.assertEqual((deadlines.next_deadline(), deadlines.pop_due(1e9)), (None, []))
+        self.assertEqual((deadlines.next_time(), deadlines.pop_due(1e9)), (None, []))
 
     def test_dueInDeadlineOrder(self) -> None:
         """
@@ -140,10 +141,10 @@ class DeadlinesTests(SynchronousTestCase):
         letters.append(letter(4, deadline=2.0))
         for each in letters:
             deadlines.add(each)
-        self.assertEqual(deadlines.next_deadline(), 2.0)
+        self.assertEqual(deadlines.next_time(), 2.0)
         self.assertEqual(ids(deadlines.pop_due(1.9)), [])
         self.assertEqual(ids(deadlines.pop_due(5.0)), [2, 4, 1])
-        self.assertEqual((deadlines.next_deadline(), len(deadlines)), (9.0, 1))
+        self.assertEqual((deadlines.next_time(), len(deadlines)), (9.0, 1))
 
     def test_deliveredLettersSkipped(self) -> None:
         """
@@ -157,7 +158,7 @@ class DeadlinesTests(SynchronousTestCase):
             deadlines.add(each)
         held.state = LetterState.HELD
         done.state = LetterState.DONE
-        self.assertEqual(deadlines.next_deadline(), 3.0)
+        self.assertEqual(deadlines.next_time(), 3.0)
         self.assertEqual(len(deadlines), 1)
         self.assertEqual(deadlines.pop_due(10.0), [waiting])
 
@@ -170,3 +171,45 @@ class DeadlinesTests(SynchronousTestCase):
         late.state = LetterState.DONE
         self.assertEqual(deadlines.pop_due(2.0), [other])
         self.assertEqual(len(deadlines), 0)
+
+    def test_oneEntryPerLetter(self) -> None:
+        """
+        Adding a letter again (it was requeued before its deadline) keeps
+        its one entry: it comes due once.
+        """
+        deadlines = Deadlines()
+        requeued = letter(1, deadline=1.0)
+        deadlines.add(requeued)
+        requeued.state = LetterState.HELD
+        requeued.state = LetterState.QUEUED
+        deadlines.add(requeued)
+        self.assertEqual(len(deadlines), 1)
+        self.assertEqual(deadlines.pop_due(2.0), [requeued])
+        deadlines.add(requeued)  # watched again once its entry is gone
+        self.assertEqual(deadlines.pop_due(2.0), [requeued])
+
+
+class LeasesTests(SynchronousTestCase):
+    def test_dueWhileHeld(self) -> None:
+        """A held letter is due at the end of its lease; one answered before is not."""
+        leases = Leases()
+        held, answered = letter(1), letter(2)
+        for each, until in ((held, 5.0), (answered, 4.0)):
+            each.state = LetterState.HELD
+            each.lease_until = until
+            leases.add(each)
+        answered.state = LetterState.DONE
+        self.assertEqual(leases.next_time(), 5.0)
+        self.assertEqual(leases.pop_due(6.0), [held])
+
+    def test_newLeaseReplacesTheOld(self) -> None:
+        """A letter held again with a new lease is due at the new time only."""
+        leases = Leases()
+        request = letter(1)
+        request.state = LetterState.HELD
+        request.lease_until = 5.0
+        leases.add(request)
+        request.lease_until = 9.0  # requeued and held by another worker
+        leases.add(request)
+        self.assertEqual(leases.pop_due(6.0), [])
+        self.assertEqual(leases.pop_due(9.0), [request])

@@ -6,6 +6,8 @@ defaults and validation, and the checks of names against a byte bound.
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -16,24 +18,31 @@ from malamute_pack.protocol import mlm
 MIB = 1024 * 1024
 
 
+def _readme_number(text: str) -> int:
+    """A default as the README writes it: C{10000}, C{4 MiB}, C{0 (none)}."""
+    number, _, unit = text.partition(" ")
+    return int(number) * (MIB if unit == "MiB" else 1)
+
+
 class LimitsTests(SynchronousTestCase):
     def test_defaults(self) -> None:
-        """The defaults are the ones the README documents."""
-        self.assertEqual(
-            dataclasses.asdict(Limits()),
-            {
-                "max_message_bytes": 4 * MIB,
-                "max_frames": 64,
-                "max_subject": 255,
-                "max_address": 255,
-                "mailbox_max_messages": 100_000,
-                "mailbox_max_bytes": 256 * MIB,
-                "service_max_messages": 100_000,
-                "service_max_bytes": 256 * MIB,
-                "max_clients": 10_000,
-                "max_subscriptions": 1_000,
-            },
-        )
+        """
+        Every limit has a row in the README's limits table, under its config
+        key, that gives its default.
+        """
+        readme = (Path(__file__).parent.parent / "README.md").read_text()
+        table = readme.split("| limit | default |", 1)[1].split("\n\n", 1)[0]
+        documented: dict[str, str] = {}
+        for row in re.findall(r"^\| (`[a-z-]+`(?:, `[a-z-]+`)*) \| ([^|]+) \|", table, re.M):
+            names = re.findall(r"`([a-z-]+)`", row[0])
+            values = [v.strip() for v in row[1].split(",")]
+            if len(values) == 1:
+                values = values * len(names)
+            documented.update(zip(names, values, strict=True))
+        for field in dataclasses.fields(Limits):
+            key = field.name.replace("_", "-")
+            self.assertIn(key, documented, f"{key} is not in the README's limits table")
+            self.assertEqual(_readme_number(documented[key]), getattr(Limits(), field.name), key)
 
     def test_overrideOne(self) -> None:
         """Setting one limit leaves the others at their defaults; limits cannot be changed."""

@@ -22,11 +22,12 @@ from malamute_pack.broker.machine import (
     Expired,
     InternalEvent,
     Malformed,
-    Oversized,
+    Rejected,
     Replaced,
     Row,
     State,
     TakenOver,
+    Unresponsive,
     row,
 )
 from malamute_pack.protocol import mlm
@@ -39,7 +40,8 @@ EVENT_TYPES: list[EventType] = [
     TakenOver,
     Replaced,
     Malformed,
-    Oversized,
+    Rejected,
+    Unresponsive,
 ]
 
 # Pairs no session can ever be in, and why: the broker fires internal events
@@ -64,7 +66,8 @@ def sample(event_type: EventType) -> mlm.Message | InternalEvent:
         TakenOver: TAKEN_OVER,
         Replaced: REPLACED,
         Malformed: Malformed("unknown message id 99"),
-        Oversized: Oversized(mlm.StreamRead("s", ""), "message too large"),
+        Rejected: Rejected(mlm.StreamRead("s", ""), "message too large"),
+        Unresponsive: Unresponsive("it does not read its answers"),
         mlm.ConnectionOpen: mlm.ConnectionOpen(version=2, address="again"),
         mlm.StreamWrite: mlm.StreamWrite("s"),
         mlm.StreamRead: mlm.StreamRead("s", ""),
@@ -101,7 +104,7 @@ class TableWalk(SynchronousTestCase):
         self.broker.receive(session, sample(event_type))
         label = f"({state.value}, {event_type.__name__})"
         was_refused = self.broker.counters.refused > refused
-        refuses = Action.REFUSE_OVERSIZED in expected.actions
+        refuses = Action.REFUSE_REJECTED in expected.actions
         self.assertEqual(
             was_refused,
             refuses or (state is State.CONNECTED and event_type in REFUSED_WHEN_FRESH),

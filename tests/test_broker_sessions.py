@@ -7,6 +7,8 @@ own policy, not by branches in the model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -184,9 +186,12 @@ class SessionTests(SynchronousTestCase):
         sender's letter reaches an MLM recipient as MAILBOX_DELIVER frames.
         """
         sent: list[tuple[bytes, list[bytes]]] = []
-        mlm_sessions = MlmSessions(
-            self.broker, lambda route, frames: sent.append((route, list(frames))), Limits()
-        )
+
+        def output(route: bytes, frames: Sequence[bytes]) -> bool:
+            sent.append((route, list(frames)))
+            return True
+
+        mlm_sessions = MlmSessions(self.broker, output, Limits())
         mlm_sessions.receive(b"w", mlm.encode(mlm.ConnectionOpen(address="mlm-writer")))
         mlm_sessions.receive(b"w", mlm.encode(mlm.StreamWrite("s")))
         reader = self.opened("reader", "memory")
@@ -208,3 +213,20 @@ class SessionTests(SynchronousTestCase):
         self.clock.advance(6.0)
         self.assertEqual(a.attachments, [1, -1])
         self.assertEqual(self.broker.counters.expired_clients, 1)
+
+    def test_noExpiryWhileNotListening(self) -> None:
+        """
+        While the broker is not reading (backpressure) nobody is expired for
+        silence; once it reads again every connection counts as just heard.
+        """
+        a = self.opened("a", "alice")
+        self.broker.start()
+        self.addCleanup(self.broker.stop)
+        self.broker.listening(False)
+        self.clock.advance(20.0)
+        self.assertEqual(a.attachments, [1])
+        self.broker.listening(True)
+        self.clock.advance(4.0)
+        self.assertEqual(a.attachments, [1])
+        self.clock.advance(2.0)
+        self.assertEqual(a.attachments, [1, -1])

@@ -302,8 +302,11 @@ class _FaultyReceiver:
     def malformed(self, session: Session, reason: str) -> None:
         session.error(mlm.COMMAND_INVALID, reason)
 
-    def oversized(self, session: Session, message: mlm.Message, reason: str) -> None:
+    def rejected(self, session: Session, message: mlm.Message, reason: str) -> None:
         session.error(mlm.FAILED, reason)
+
+    def unresponsive(self, session: Session, reason: str) -> None:
+        pass
 
 
 class RouterFaultTests(TestCase):

@@ -28,6 +28,7 @@ from malamute_pack.journal import (
     Recovered,
     StreamRecord,
 )
+from malamute_pack.journal import writer as writer_module
 from malamute_pack.journal.records import StreamRow, stream_row
 from malamute_pack.journal.schema import migrate
 from malamute_pack.journal.writer import (
@@ -207,6 +208,25 @@ class GroupCommitTests(TestCase):
         self.assertGreater(journal.counters.bytes_written, 3000 * 8)
 
     @inlineCallbacks
+    def test_backlogWatched(self) -> Inline:
+        """
+        The bytes handed to the writer and not yet written are counted; the
+        watcher hears once when they pass the limit and once when they are
+        back under half of it, and the count returns to zero.
+        """
+        journal, _ = open_journal(self)
+        heard: list[bool] = []
+        journal.watch_backlog(50_000, heard.append)
+        for i in range(100):
+            journal.append_stream("s", "sender", "subject", [b"x" * 1000], 1000.0 + i)
+        self.assertEqual((heard, journal.backlog_bytes), ([], 0))  # not handed over yet
+        flushed = journal.flush()
+        self.assertEqual(heard, [True])
+        self.assertGreater(journal.backlog_bytes, 100 * 1000)
+        yield flushed
+        self.assertEqual((heard, journal.backlog_bytes), ([True, False], 0))
+
+    @inlineCallbacks
     def test_maxBatchOfOne(self) -> Inline:
         """
         With commit_max_batch 1 every record is its own transaction.
@@ -354,12 +374,15 @@ class QueuedTests(TestCase):
     @inlineCallbacks
     def test_failedBatch(self) -> Inline:
         """
-        A batch that SQLite rejects is rolled back whole: every on_durable in
-        it gets the JournalError, on_error hears of it once, counters.errors
-        counts it, its stream records are gone from reads and their seqs
-        are not handed out again, not even after a restart; the next batch
-        is written as usual.
+        A batch that fails with what the writer takes for the storage's
+        failure (as a full disk is; here any failure is taken so) is rolled
+        back whole: every on_durable in it gets the JournalError, on_error
+        hears of it once, counters.errors counts it, its stream records are
+        gone from reads and their seqs are not handed out again, not even
+        after a restart; the next batch is written as usual.
+        (tests/test_journal_isolation.py has a failure of one record.)
         """
+        self.patch(writer_module, "storage_failure", lambda exc: True)
         path = new_path(self)
         journal, _ = open_journal(self, path, SLOW_COMMIT)
         with closing(sqlite3.connect(path, isolation_level=None)) as conn:

@@ -1,7 +1,7 @@
 """
 Tests for L{malamute_pack.journal.schema}: a new database gets every
-migration and WAL mode, migrations run from the stored version on, and a
-database newer than the code is refused.
+migration and WAL mode, migrations run from the stored version on, a
+database newer than the code is refused, and every journal has an identity.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.journal import Journal, JournalError
-from malamute_pack.journal.schema import MIGRATIONS, Migration, migrate
+from malamute_pack.journal.schema import MIGRATIONS, Migration, journal_identity, migrate
 
 
 class MigrateTests(SynchronousTestCase):
@@ -94,3 +94,23 @@ class MigrateTests(SynchronousTestCase):
         with self.assertRaises(JournalError) as caught:
             Journal(path, reactor).open()
         self.assertIn("newer than this code", str(caught.exception))
+
+    def test_identity(self) -> None:
+        """
+        A new journal gets a random identity (and its creation time) that
+        migrating again keeps; a journal made before identities existed
+        gets one when it is migrated; two journals never share one.
+        """
+        conn = self.connect()
+        migrate(conn)
+        identity, created = journal_identity(conn)
+        self.assertRegex(identity, "^[0-9a-f]{32}$")
+        self.assertGreater(created, 0)
+        migrate(conn)
+        self.assertEqual(journal_identity(conn), (identity, created))
+
+        older = self.connect()
+        migrate(older, MIGRATIONS[:1])
+        self.assertFalse(Database(older, execute_plugins=False).table("journal_identity").exists())
+        migrate(older)
+        self.assertNotEqual(journal_identity(older)[0], identity)

@@ -1,13 +1,16 @@
 """
 Tests for L{malamute_pack.matching.SubscriptionIndex}: subscriptions and their
 bits, the subject cache (counters, bound, LRU, kept true as subscriptions
-change), and the whitepaper's worked examples (Appendix A) as literal tests.
+change), the whitepaper's worked examples (Appendix A) as literal tests, and
+the regular-expression index's RE2 Set (built lazily, rebuilt when changes
+make it pay, a fallback when it does not fit).
 """
 
 # twisted.trial's assertion methods carry no annotations.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from pyroaring import BitMap
@@ -15,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.matching import CacheStats, PatternError, SubscriptionIndex, parse_pattern
 from malamute_pack.matching.fields import FieldIndex
+from malamute_pack.matching.regex import BUILD_COST, MIN_RECENT, RegexIndex, RegexStats
 
 
 class SubscriptionTests(SynchronousTestCase):
@@ -335,3 +339,157 @@ class WhitepaperFieldExampleTests(SynchronousTestCase):
         self.assertEqual(index.match(self.MESSAGES["A"]), (2,))
         self.assertEqual(index.match(self.MESSAGES["B"]), (0, 3))
         self.assertEqual(index.match(self.MESSAGES["C"]), (1, 2))
+
+
+class RegexIndexTests(SynchronousTestCase):
+    """The regular-expression index: one RE2 Set, kept up to date lazily."""
+
+    def add(self, index: RegexIndex, bit: int, expression: str) -> None:
+        index.add(bit, parse_pattern(f"regex:{expression}"))
+
+    def remove(self, index: RegexIndex, bit: int, expression: str) -> None:
+        index.remove(bit, parse_pattern(f"regex:{expression}"))
+
+    def test_burstIsOneBuild(self) -> None:
+        """
+        Adding many patterns builds nothing; the next lookup compiles them
+        into one Set, and lookups after that use it without rebuilding.
+        """
+        index = RegexIndex()
+        for bit in range(200):
+            self.add(index, bit, rf"^sensor\.{bit}\..*temp$")
+        self.assertEqual(index.stats.builds, 0)
+        self.assertEqual(index.lookup("sensor.7.room.temp"), BitMap([7]))
+        self.assertEqual(index.lookup("sensor.17temp"), BitMap())
+        self.assertEqual(index.lookup("sensor.199.x.temp"), BitMap([199]))
+        self.assertEqual(index.stats, RegexStats(builds=1, fallbacks=0))
+        self.assertEqual(len(index), 200)
+
+    def test_fewChangesDoNotRebuild(self) -> None:
+        """
+        After a build, a removed pattern stops matching and an added one
+        matches (asked on its own) without another build, even when the
+        removed pattern's bit is reused.
+        """
+        index = RegexIndex(recent_limit=2)
+        for bit in range(10):
+            self.add(index, bit, f"^p{bit}$")
+        index.lookup("x")
+        self.remove(index, 5, "^p5$")
+        self.assertEqual(index.lookup("p5"), BitMap())
+        self.add(index, 5, "^q$")
+        self.assertEqual(index.lookup("q"), BitMap([5]))
+        self.assertEqual(index.lookup("p5"), BitMap())
+        self.add(index, 10, "p")
+        self.assertEqual(index.lookup("p6"), BitMap([6, 10]))
+        self.remove(index, 5, "^q$")
+        self.assertEqual(index.lookup("q"), BitMap())
+        self.assertEqual(index.stats.builds, 1)
+
+    def test_manyAddsRebuild(self) -> None:
+        """More added patterns than the index asks one by one make the next lookup rebuild."""
+        index = RegexIndex(recent_limit=2)
+        for bit in range(3):
+            self.add(index, bit, f"a{bit}")
+        index.lookup("a")
+        self.assertEqual(index.stats.builds, 1)
+        for bit in range(3, 5):
+            self.add(index, bit, f"b{bit}")
+        self.assertEqual(index.lookup("a0b3"), BitMap([0, 3]))
+        self.assertEqual(index.stats.builds, 1)
+        self.add(index, 5, "c")
+        self.assertEqual(index.lookup("a0b3c"), BitMap([0, 3, 5]))
+        self.assertEqual(index.stats.builds, 2)
+
+    def test_defaultLimitGrowsWithTheIndex(self) -> None:
+        """
+        By default the index asks up to MIN_RECENT new patterns one by one,
+        more (the square root of BUILD_COST per pattern) in a large index.
+        """
+        small = RegexIndex()
+        for bit in range(MIN_RECENT):
+            self.add(small, bit, f"p{bit}")
+        self.assertEqual(small.lookup("p3"), BitMap([3]))
+        self.assertEqual(small.stats.builds, 0)
+        self.add(small, MIN_RECENT, "q")
+        small.lookup("q")
+        self.assertEqual(small.stats.builds, 1)
+        large = RegexIndex()
+        for bit in range(10_000):
+            self.add(large, bit, f"^p{bit}$")
+        large.lookup("p")
+        limit = math.isqrt(BUILD_COST * 10_100)
+        for bit in range(10_000, 10_000 + limit):
+            self.add(large, bit, f"^q{bit}$")
+        self.assertEqual(large.lookup(f"q{10_000 + limit - 1}"), BitMap([10_000 + limit - 1]))
+        self.assertEqual(large.stats.builds, 1)
+
+    def test_lookupsPayForARebuild(self) -> None:
+        """
+        Patterns asked one by one at every lookup are folded into the Set
+        once those checks would have paid for a build (BUILD_COST per pattern).
+        """
+        index = RegexIndex(recent_limit=5)
+        for bit in range(10):
+            self.add(index, bit, f"p{bit}")
+        index.lookup("p1")
+        self.add(index, 10, "q")
+        for _ in range(BUILD_COST * 11):
+            self.assertEqual(index.lookup("q"), BitMap([10]))
+        self.assertEqual(index.stats.builds, 1)
+        self.assertEqual(index.lookup("q"), BitMap([10]))
+        self.assertEqual(index.stats.builds, 2)
+
+    def test_mostlyRemovedRebuilds(self) -> None:
+        """When removed patterns outnumber the live ones in the Set, it is rebuilt without them."""
+        index = RegexIndex(recent_limit=0)
+        for bit in range(10):
+            self.add(index, bit, f"p{bit}")
+        index.lookup("p")
+        for bit in range(5):
+            self.remove(index, bit, f"p{bit}")
+        self.assertEqual(index.lookup("p1 p7"), BitMap([7]))
+        self.assertEqual(index.stats.builds, 1)
+        self.remove(index, 5, "p5")
+        self.assertEqual(index.lookup("p1 p7"), BitMap([7]))
+        self.assertEqual(index.stats.builds, 2)
+
+    def test_emptyIndexForgetsItsSet(self) -> None:
+        """Removing every pattern drops the Set; patterns added later are found."""
+        index = RegexIndex(recent_limit=0)
+        self.add(index, 0, "a")
+        index.lookup("a")
+        self.remove(index, 0, "a")
+        self.assertEqual(len(index), 0)
+        self.add(index, 0, "b")
+        self.assertEqual(index.lookup("ab"), BitMap([0]))
+        self.assertEqual(index.stats.builds, 2)
+
+    def test_setTooLargeFallsBack(self) -> None:
+        """
+        A Set that does not compile within its memory bound is counted, and
+        each pattern is asked in turn instead (still on RE2); no build is
+        tried again until the patterns shrink, then it is.
+        """
+        index = RegexIndex(recent_limit=0, set_max_mem=1 << 14)
+        for bit in range(50):
+            self.add(index, bit, rf"^sensor\.{bit}\..*(temp|humidity)$")
+        self.assertEqual(index.lookup("sensor.3.x.temp"), BitMap([3]))
+        self.assertEqual(index.stats, RegexStats(builds=0, fallbacks=1))
+        self.add(index, 50, "temp")
+        self.assertEqual(index.lookup("sensor.3.x.temp"), BitMap([3, 50]))
+        self.assertEqual(index.stats, RegexStats(builds=0, fallbacks=1))
+        for bit in range(1, 51):
+            self.remove(index, bit, "unused")
+        self.assertEqual(index.lookup("sensor.0.temp"), BitMap([0]))
+        self.assertEqual(index.stats, RegexStats(builds=1, fallbacks=1))
+
+    def test_explosivePatternsInTheSet(self) -> None:
+        """Explosive patterns in the Set answer a subject that sets them off at once."""
+        index = RegexIndex(recent_limit=0)
+        for bit, expression in enumerate(("(a+)+$", "(a|aa)+$", "(a*)*b")):
+            self.add(index, bit, expression)
+        self.assertEqual(index.lookup("a" * 10_000 + "c"), BitMap())
+        self.assertEqual(index.lookup("a" * 30 + "b"), BitMap([2]))
+        self.assertEqual(index.lookup("a" * 30), BitMap([0, 1]))
+        self.assertEqual(index.stats.builds, 1)

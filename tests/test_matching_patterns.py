@@ -83,9 +83,91 @@ class RegexTests(_MatchAssertions):
         self.assertMatches("", ["", "a", "x.y/z"], [])
 
     def test_badExpression(self) -> None:
-        """An expression that does not compile is refused with re's reason."""
-        error = self.assertRaises(PatternError, parse_pattern, "a(b")
-        self.assertTrue(str(error).startswith("regex: missing ), unterminated subpattern"))
+        """An expression that does not compile is refused with RE2's reason."""
+        self.assertRefused("a(b", "regex: missing ): a(b")
+        self.assertRefused("a{1001}", "regex: invalid repetition size: {1001}")
+
+    def test_explosivePatternsRunInLinearTime(self) -> None:
+        """
+        Patterns that make a backtracking engine take time exponential in the
+        subject (``(a+)+$`` on many a's and a b) simply answer False on RE2.
+        """
+        for pattern in ("(a+)+$", "(a|aa)+$", "(a*)*b$", "(.*a){20}$"):
+            self.assertFalse(parse_pattern(pattern).matches("a" * 10_000 + "c"), pattern)
+        self.assertFalse(parse_pattern("(a+)+$").matches("a" * 10_000 + "b"))
+        self.assertTrue(parse_pattern("(a+)+$").matches("b" + "a" * 10_000))
+
+    def test_backreferenceRefused(self) -> None:
+        """A backreference (numbered or named) is refused with a reason that names it."""
+        self.assertRefused(
+            r"(a)\1",
+            "regex: backreferences are not supported (patterns run on RE2, which matches "
+            r"in linear time): invalid escape sequence: \1",
+        )
+        error = self.assertRaises(PatternError, parse_pattern, "(?P<x>a)(?P=x)")
+        self.assertIn("backreferences are not supported", str(error))
+
+    def test_unsupportedFeaturesNamed(self) -> None:
+        """Each Python-only construct RE2 cannot run is refused naming the feature."""
+        features = {
+            "a(?=b)": "lookahead and lookbehind assertions",
+            "a(?!b)": "lookahead and lookbehind assertions",
+            "(?<=a)b": "lookahead and lookbehind assertions",
+            "(?<!a)b": "lookahead and lookbehind assertions",
+            "(?>a+)b": "atomic groups",
+            "a*+b": "possessive quantifiers",
+            "a{2}+": "possessive quantifiers",
+            "(a)?(?(1)b|c)": "conditional groups",
+            "(?#note)a": "comments",
+            "(?x) a": "the a, L, u and x flags",
+        }
+        for pattern, feature in features.items():
+            error = self.assertRaises(PatternError, parse_pattern, pattern)
+            self.assertTrue(str(error).startswith(f"regex: {feature} are not supported"), error)
+
+    def test_pythonSpellingsKept(self) -> None:
+        r"""
+        ``\Z`` and ``{,n}``, which RE2 refuses or reads literally, mean what
+        they mean in Python; escaped or inside a class they are left alone.
+        """
+        self.assertMatches(r"a\Z", ["a", "ba"], ["ab", "a\n"])
+        self.assertMatches("^a{,2}b$", ["b", "ab", "aab"], ["aaab", "a{,2}b"])
+        self.assertMatches("^a{,}b$", ["b", "aaab"], ["a{,}b"])
+        self.assertMatches(r"a\\Z", ["a\\Z"], ["a"])
+        self.assertMatches("^[{,2}]$", ["{", ","], ["", "a"])
+        self.assertMatches(r"^a\{,2}$", ["a{,2}"], ["a"])
+        self.assertMatches("(?P<word>a)b", ["ab"], ["a"])
+
+    def test_re2Meanings(self) -> None:
+        r"""
+        Where RE2 reads the same text otherwise than Python (documented in
+        docs/protocol.md): ASCII ``\d``/``\w``, and ``$`` only at the very end.
+        """
+        self.assertMatches(r"^\d$", ["3"], ["\u0663"])
+        self.assertMatches(r"^\w$", ["e"], ["\u00e9"])
+        self.assertMatches(r"^\p{Nd}$", ["3", "\u0663"], ["a"])
+        self.assertMatches("a$", ["a"], ["a\n"])
+        self.assertMatches("(?m)a$", ["a", "a\nb"], ["ab"])
+
+    def test_tooLarge(self) -> None:
+        """A pattern whose RE2 program is past MAX_PROGRAM_SIZE is refused, saying so."""
+        self.assertRefused(
+            ".{1000}", "regex: pattern too large: 8004 RE2 instructions, at most 5000"
+        )
+        self.assertRefused(
+            r"\pL{100}",
+            "regex: pattern too large: more than 5000 RE2 instructions, at most 5000",
+        )
+        self.assertMatches(".{500}", ["a" * 500], ["a" * 499])
+
+    def test_notUtf8(self) -> None:
+        """
+        Subjects and patterns holding bytes that are not UTF-8 (surrogate
+        escapes, as the protocol decodes them) neither crash nor match text.
+        """
+        self.assertMatches("^a", ["a\udc80"], ["\udc80"])
+        error = self.assertRaises(PatternError, parse_pattern, "a\udc80")
+        self.assertIn("UTF-8", str(error))
 
 
 class PrefixTests(_MatchAssertions):

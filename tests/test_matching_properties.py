@@ -6,13 +6,19 @@ are found by asking every pattern directly (``parse_pattern(p).matches``).
 Hypothesis interleaves subscribe, unsubscribe, unsubscribe_owner and match
 over every pattern kind, with caches from off to tiny (evicting all the time)
 to roomy, so cached results must stay true through every change.
+
+For regular expressions, two more oracles: Python's re, which RE2 must agree
+with on the syntax they share, and each pattern asked on its own, which the
+regular-expression index's RE2 Set must agree with through any changes.
 """
 
 # twisted.trial's assertion methods carry no annotations.
 
 from __future__ import annotations
 
-from hypothesis import settings
+import re
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -25,7 +31,8 @@ from hypothesis.stateful import (
 from pyroaring import BitMap
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.matching import SubscriptionIndex, parse_pattern
+from malamute_pack.matching import Pattern, SubscriptionIndex, parse_pattern
+from malamute_pack.matching.regex import SET_MAX_MEM, RegexIndex
 
 OWNERS = ("ann", "bob", "cat", "dan")
 
@@ -161,3 +168,78 @@ class IndexPropertyTests(SynchronousTestCase):
             IndexAgainstOracle,
             settings=settings(max_examples=300, stateful_step_count=50, deadline=None),
         )
+
+
+# Regular expressions over a small alphabet, in the syntax Python's re and RE2
+# share (plus \Z and {,n}, which the broker rewrites for RE2), with nested
+# quantifiers and alternations: the shapes that explode on a backtracking
+# engine, kept small enough for re to answer as the reference.
+_QUANTIFIERS = ["*", "+", "?", "{,2}", "{1,2}", "{2}", "*?", "+?"]
+_REGEX_BODY = st.recursive(
+    st.sampled_from(["a", "b", ".", "[ab]", "[^a]", r"\.", "a.b", "ab"]),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map("".join),
+        st.tuples(inner, inner).map(lambda pair: f"(?:{pair[0]}|{pair[1]})"),
+        inner.map("({})".format),
+        st.tuples(inner, st.sampled_from(_QUANTIFIERS)).map(lambda q: f"(?:{q[0]}){q[1]}"),
+    ),
+    max_leaves=6,
+)
+REGEXES = st.tuples(
+    st.sampled_from(["", "^", r"\A"]), _REGEX_BODY, st.sampled_from(["", "$", r"\Z"])
+).map("".join)
+REGEX_SUBJECTS = st.text(alphabet="ab.", max_size=8)
+
+
+class RegexPropertyTests(SynchronousTestCase):
+    @settings(max_examples=500, deadline=None)
+    @given(REGEXES, REGEX_SUBJECTS)
+    def test_re2AgreesWithPythonRe(self, expression: str, subject: str) -> None:
+        """
+        For the syntax both engines share (and \\Z, {,n}), a pattern matches a
+        subject (without newlines) on RE2 exactly when re.search finds it: v1
+        patterns keep their meaning.
+        """
+        self.assertEqual(
+            parse_pattern(f"regex:{expression}").matches(subject),
+            re.search(expression, subject) is not None,
+            (expression, subject),
+        )
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.sampled_from([None, 0, 1, 3]),
+        st.sampled_from([SET_MAX_MEM, 1 << 13]),
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("add"), REGEXES),
+                st.tuples(st.just("remove"), st.integers(0, 30)),
+                st.tuples(st.just("lookup"), REGEX_SUBJECTS),
+            ),
+            max_size=60,
+        ),
+    )
+    def test_setLookupEqualsEachPattern(
+        self, recent_limit: int | None, set_max_mem: int, steps: list[tuple[str, object]]
+    ) -> None:
+        """
+        Through any interleaving of adds, removes (bits reused lowest first)
+        and lookups, with rebuilds early or late and Sets that may not fit,
+        RegexIndex.lookup finds exactly the bits whose pattern matches on its
+        own.
+        """
+        index = RegexIndex(recent_limit=recent_limit, set_max_mem=set_max_mem)
+        model: dict[int, Pattern] = {}
+        for action, argument in steps:
+            if action == "add":
+                bit = min(set(range(len(model) + 1)) - set(model))
+                model[bit] = parse_pattern(f"regex:{argument}")
+                index.add(bit, model[bit])
+            elif action == "remove" and model:
+                bit = sorted(model)[int(str(argument)) % len(model)]
+                index.remove(bit, model.pop(bit))
+            elif action == "lookup" and model:
+                subject = str(argument)
+                wanted = BitMap(bit for bit, pattern in model.items() if pattern.matches(subject))
+                self.assertEqual(index.lookup(subject), wanted, (subject, model))
+            self.assertEqual(len(index), len(model))

@@ -215,3 +215,41 @@ class MessageIdTests(SynchronousTestCase):
         """No frame, a frame too short for a header, or a wrong signature is malformed."""
         for frames in ([], [b""], [b"\xaa\xa8"], [b"\xaa\xa9\x01"], [b"GET / HTTP/1.1"]):
             self.assertRaises(mlm.MalformedMessage, mlm.message_id, frames)
+
+
+class CheckedDecodeTests(SynchronousTestCase):
+    def test_validTextDecodes(self) -> None:
+        """A message whose strings are UTF-8 decodes the same, checked or not."""
+        frames = mlm.encode(mlm.MailboxSend("bob", "héllo", "t", 5, [b"\xff"]))
+        self.assertEqual(mlm.decode_checked(frames), mlm.decode(frames))
+
+    def test_invalidTextRaisesWithTheMessage(self) -> None:
+        """
+        A string that is not valid UTF-8 raises InvalidText naming the first
+        such field and its bytes, and carrying the message decoded anyway.
+        """
+        frame = b"\xaa\xa8\x06\x04\xffbad\x03\xfe.x"  # STREAM_READ, both strings bad
+        with self.assertRaises(mlm.InvalidText) as raised:
+            mlm.decode_checked([frame])
+        error = raised.exception
+        self.assertEqual(error.field, "stream")
+        self.assertIn("invalid stream: not valid UTF-8 (ff 62 61 64)", str(error))
+        self.assertEqual(mlm.encode(error.message), [frame])
+        self.assertIsInstance(error, mlm.MalformedMessage)
+
+    def test_structureCheckedFirst(self) -> None:
+        """A message that is malformed as well is reported as malformed."""
+        with self.assertRaises(mlm.MalformedMessage) as raised:
+            mlm.decode_checked([b"\xaa\xa8\x05\x09\xff"])
+        self.assertNotIsInstance(raised.exception, mlm.InvalidText)
+
+    @given(st.binary(max_size=30))
+    def test_checkedMatchesUtf8(self, raw: bytes) -> None:
+        """A subject is refused by the checked decoder exactly when it is not UTF-8."""
+        frame = b"\xaa\xa8\x07" + bytes((len(raw),)) + raw
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.assertRaises(mlm.InvalidText, mlm.decode_checked, [frame])
+        else:
+            self.assertEqual(mlm.decode_checked([frame]), mlm.decode([frame]))

@@ -36,8 +36,9 @@ class SessionTableTests(SynchronousTestCase):
         self.broker = Broker(Clock(), BrokerConfig(limits=Limits(max_address=10)))
         self.table = MlmSessions(self.broker, self.record, Limits(max_message_bytes=64))
 
-    def record(self, route: bytes, frames: Sequence[bytes]) -> None:
+    def record(self, route: bytes, frames: Sequence[bytes]) -> bool:
         self.sent.append((route, frames))
+        return True
 
     def replies(self, route: bytes) -> list[mlm.Message]:
         found = [mlm.decode(frames) for to, frames in self.sent if to == route]
@@ -91,6 +92,41 @@ class SessionTableTests(SynchronousTestCase):
         [reply] = self.replies(b"a")
         assert isinstance(reply, mlm.Error)
         self.assertIn("too large", reply.status_reason)
+
+    def test_invalidNameRefusedAtTheDoor(self) -> None:
+        """
+        A stream name that is not valid UTF-8 gets ERROR 300 saying so; the
+        connection stays open and nothing about the name reaches the model.
+        """
+        self.table.receive(b"a", mlm.encode(mlm.ConnectionOpen(address="a")))
+        self.replies(b"a")
+        self.table.receive(b"a", [b"\xaa\xa8\x05\x04\xffbad"])  # STREAM_WRITE
+        [reply] = self.replies(b"a")
+        assert isinstance(reply, mlm.Error)
+        self.assertEqual(reply.status_code, mlm.FAILED)
+        self.assertIn("invalid stream: not valid UTF-8", reply.status_reason)
+        self.assertEqual(self.broker.streams.streams, {})
+        self.assertEqual(self.table.invalid, 1)
+        self.table.receive(b"a", mlm.encode(mlm.ConnectionPing()))
+        self.assertEqual(self.replies(b"a"), [mlm.ConnectionPong()])
+
+    def test_invalidLetterGetsItsReceipt(self) -> None:
+        """
+        A letter whose address is not valid UTF-8 is refused with STORED 300
+        for a version 2 sender, in its place among its other sends.
+        """
+        self.table.receive(b"s", mlm.encode(mlm.ConnectionOpen(version=2, address="s")))
+        self.replies(b"s")
+        good = mlm.encode(mlm.MailboxSend("bob", "1", "t1", 0, [b"x"]))
+        bad = [b"\xaa\xa8\x09\x02\xc3\x28\x01" + b"2" + b"\x02t2" + bytes(4), b"y"]
+        self.table.receive(b"s", good)
+        self.table.receive(b"s", bad)
+        stored = self.replies(b"s")
+        self.assertEqual(
+            [(m.tracker, m.status_code) for m in stored if isinstance(m, mlm.Stored)],
+            [("t1", 200), ("t2", 300)],
+        )
+        self.assertEqual(list(self.broker.post.mailboxes), ["bob"])
 
     def test_fanOutEncodesOnce(self) -> None:
         """Readers of one dialect are sent the very same frames for one message."""
@@ -185,3 +221,67 @@ class DialectTests(SynchronousTestCase):
         """Only version 2 tells a reader of a gap."""
         self.assertIsNone(MlmVersion1().gap_frames("s", 1, 5))
         self.assertEqual(MlmVersion2().gap_frames("s", 1, 5), mlm.encode(mlm.StreamGap("s", 1, 5)))
+
+
+class ReplyBacklogTests(SynchronousTestCase):
+    """Answers to a peer whose queue is full wait, in order; a peer that never reads is given up."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.sent: list[mlm.Message] = []
+        self.full = False
+        self.broker = Broker(self.clock, BrokerConfig())
+        self.table = MlmSessions(
+            self.broker, self.output, Limits(send_queue=5), self.clock, retry=0.05
+        )
+        self.table.receive(b"p", mlm.encode(mlm.ConnectionOpen(address="p")))
+        self.assertEqual(self.sent, [mlm.Ok()])
+        self.sent.clear()
+
+    def output(self, route: bytes, frames: Sequence[bytes]) -> bool:
+        if self.full:
+            return False
+        self.sent.append(mlm.decode(list(frames)))
+        return True
+
+    def test_answersWaitAndKeepTheirOrder(self) -> None:
+        """
+        PONGs answered while the queue is full are sent, in order and none
+        lost, by the retry once there is room; a delivery does not overtake
+        them.
+        """
+        self.full = True
+        for _ in range(3):
+            self.table.receive(b"p", mlm.encode(mlm.ConnectionPing()))
+        self.table.receive(b"p", mlm.encode(mlm.StreamWrite("s")))
+        self.clock.advance(0.05)
+        self.assertEqual(self.sent, [])
+        self.full = False
+        session = self.table.session(b"p")
+        record = StreamRecord("s", 0, 0.0, "w", "subj", [b"x"])
+        self.assertTrue(session.deliver_stream(record))
+        self.assertEqual(self.sent[:4], [mlm.ConnectionPong()] * 3 + [mlm.Ok()])
+        self.assertIsInstance(self.sent[4], mlm.StreamDeliver)
+        self.assertTrue(self.table.flush())
+
+    def test_retriedOnTheClock(self) -> None:
+        """With nothing else to send, the clock's retry sends the waiting answers."""
+        self.full = True
+        self.table.receive(b"p", mlm.encode(mlm.ConnectionPing()))
+        self.full = False
+        self.clock.advance(0.05)
+        self.assertEqual(self.sent, [mlm.ConnectionPong()])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_neverReadingIsGivenUp(self) -> None:
+        """
+        A peer with more than send_queue answers waiting is given up: the
+        broker ends its connection, counted, and holds nothing more for it.
+        """
+        self.full = True
+        for _ in range(6):
+            self.table.receive(b"p", mlm.encode(mlm.ConnectionPing()))
+        self.clock.advance(0)
+        self.assertEqual((self.table.given_up, len(self.table)), (1, 0))
+        self.assertEqual(self.broker.counters.unresponsive_clients, 1)
+        self.assertEqual(len(self.broker.registry), 0)

@@ -207,6 +207,32 @@ class BrokerProcess:
             self.kill()
             raise
 
+    def run_until_exit(self, timeout: float = 60.0) -> tuple[int, str]:
+        """
+        Run it in the foreground, for a start that must fail: its exit
+        status and what it wrote (its log goes to the output, not the file).
+
+        @raise BrokerError: if it is still running after C{timeout} seconds
+            (it started instead of refusing; it is killed).
+        """
+        if self.alive():
+            raise BrokerError("the broker is already running")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            ran = subprocess.run(
+                self.command(),
+                cwd=self.directory,
+                env=checkout_environment(PYTHONUNBUFFERED="1"),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as e:
+            output = (e.output or b"").decode(errors="replace")
+            raise BrokerError(f"the broker did not exit: it started\n{output}") from e
+        return ran.returncode, ran.stdout.decode(errors="replace")
+
     def _wait_bound(self, deadline: float) -> str:
         """The first endpoint this run logs binding."""
         while True:

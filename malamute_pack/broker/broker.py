@@ -26,6 +26,7 @@ from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.letters import Kind
 from malamute_pack.broker.limits import Limits, check_name
+from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.broker.machine import (
     EXPIRED,
     MACHINE,
@@ -36,12 +37,14 @@ from malamute_pack.broker.machine import (
     EventType,
     InternalEvent,
     Malformed,
-    Oversized,
+    Rejected,
     State,
+    Unresponsive,
 )
 from malamute_pack.broker.post_office import LetterMessage, Posted, PostOffice
 from malamute_pack.broker.registry import Registry
 from malamute_pack.broker.session import Session
+from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.store import QueuedRecord, Store
 from malamute_pack.broker.streams import Streams
 from malamute_pack.protocol import mlm
@@ -72,6 +75,7 @@ class BrokerCounters:
     malformed: int = 0
     refused: int = 0
     expired_clients: int = 0
+    unresponsive_clients: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -83,12 +87,15 @@ class BrokerConfig:
         keeps (0 switches the cache off).
     @ivar replay_batch: stream records read from the journal at a time for
         a reader that is behind.
+    @ivar stall_retry: seconds before what is owed to a stalled connection
+        (one whose session could not take a delivery) is tried again.
     """
 
     timeout: float = 10.0
     limits: Limits = field(default_factory=Limits)
     match_cache: int = 10_000
     replay_batch: int = 256
+    stall_retry: float = 0.05
 
 
 class Broker:
@@ -110,15 +117,25 @@ class Broker:
         self.store = store
         self.registry = Registry()
         self.counters = BrokerCounters()
+        self.stalled = Stalled(clock, config.stall_retry, self._unstall)
         self.streams = Streams(
-            clock, store, config.match_cache, config.replay_batch, config.limits.max_subject
+            clock,
+            store,
+            self.stalled,
+            config.match_cache,
+            config.replay_batch,
+            config.limits.max_subject,
         )
-        self.post = PostOffice(clock, store, config.limits, config.match_cache, self.registry)
+        self.post = PostOffice(
+            clock, store, config.limits, config.match_cache, self.registry, self.stalled
+        )
         # The state table with every action bound to its method, once.
         self._rows: dict[tuple[State, EventType], _BoundRow] = {
             key: (tuple(getattr(self, f"action_{a.value}") for a in row.actions), row.next)
             for key, row in MACHINE.items()
         }
+        self._deaf = False
+        self._log_limit = LogLimit(clock, _log)
         self._sweeper = LoopingCall(self.expire_silent)
         self._sweeper.clock = clock
 
@@ -135,7 +152,14 @@ class Broker:
     def stop(self) -> None:
         if self._sweeper.running:
             self._sweeper.stop()
+        self.stalled.stop()
         self.post.stop()
+
+    def _unstall(self, connection: Connection) -> None:
+        """Try again everything owed to a connection that stalled."""
+        self.post.deliver_mail(connection)
+        self.post.dispatch_offered(connection)
+        self.streams.resume_all(connection)
 
     # Input (the Receiver interface)
 
@@ -169,9 +193,17 @@ class Broker:
         """C{session} sent something that does not decode."""
         self.receive(session, Malformed(reason))
 
-    def oversized(self, session: Session, message: mlm.Message, reason: str) -> None:
-        """C{session} sent C{message}, which breaks a size limit."""
-        self.receive(session, Oversized(message, reason))
+    def rejected(self, session: Session, message: mlm.Message, reason: str) -> None:
+        """C{session} sent C{message}, which its transport rejected at the door."""
+        self.receive(session, Rejected(message, reason))
+
+    def unresponsive(self, session: Session, reason: str) -> None:
+        """C{session}'s transport gave it up: it does not read what it is sent."""
+        self._log_limit.info(
+            "unresponsive", "{session} dropped: {reason}", session=session, reason=reason
+        )
+        self.counters.unresponsive_clients += 1
+        self.receive(session, Unresponsive(reason))
 
     def _fire(self, connection: Connection, event: InternalEvent) -> None:
         """Run an internal event on an open connection."""
@@ -186,7 +218,7 @@ class Broker:
     # Refusals
 
     def _refuse(self, session: Session, event: Event, e: Refused) -> None:
-        message = event.message if isinstance(event, Oversized) else event
+        message = event.message if isinstance(event, Rejected) else event
         if not isinstance(message, _NO_REPLY):
             self._count_refusal(e)
             session.error(e.code, mlm.fit_string(e.reason))
@@ -205,7 +237,9 @@ class Broker:
     def _refused_silently(self, session: Session, e: Refused) -> None:
         """A refusal the protocol has no reply for: counted and logged."""
         self._count_refusal(e)
-        _log.info("refused from {session}: {reason}", session=session, reason=e.reason)
+        self._log_limit.info(
+            "refused", "refused from {session}: {reason}", session=session, reason=e.reason
+        )
 
     # Actions (the state table names them; each takes the session and the event)
 
@@ -223,13 +257,16 @@ class Broker:
         assert isinstance(event, Malformed)
         self.counters.malformed += 1
         self.counters.by_reason["malformed"] = self.counters.by_reason.get("malformed", 0) + 1
-        _log.info(
-            "malformed message from {session}: {reason}", session=session, reason=event.reason
+        self._log_limit.info(
+            "malformed",
+            "malformed message from {session}: {reason}",
+            session=session,
+            reason=event.reason,
         )
         session.error(mlm.COMMAND_INVALID, mlm.fit_string(f"malformed: {event.reason}"))
 
-    def action_refuse_oversized(self, session: Session, event: Event) -> None:
-        assert isinstance(event, Oversized)
+    def action_refuse_rejected(self, session: Session, event: Event) -> None:
+        assert isinstance(event, Rejected)
         raise Refused(event.reason)
 
     def action_require_dialect(self, session: Session, event: Event) -> None:
@@ -250,8 +287,11 @@ class Broker:
             self._fire(previous, REPLACED)
         holder = registry.holder(address) if address else None
         if holder is not None:
-            _log.info(
-                "{session} takes over the address of {holder}", session=session, holder=holder
+            self._log_limit.info(
+                "takeover",
+                "{session} takes over the address of {holder}",
+                session=session,
+                holder=holder,
             )
             self._fire(holder, TAKEN_OVER)
         registry.add(Connection(session, address, self._clock.seconds()))
@@ -351,8 +391,22 @@ class Broker:
 
     # Time
 
+    def listening(self, listening: bool) -> None:
+        """
+        Whether the broker is reading what sessions send. While it is not
+        (backpressure), nobody is expired for silence; once it is again,
+        every connection counts as heard just now.
+        """
+        self._deaf = not listening
+        if listening:
+            now = self._clock.seconds()
+            for connection in self.registry:
+                connection.last_seen = now
+
     def expire_silent(self) -> None:
         """Expire every connection silent for longer than the timeout."""
+        if self._deaf:
+            return
         limit = self._clock.seconds() - self.config.timeout
         for connection in [c for c in self.registry if c.last_seen < limit]:
             _log.info(

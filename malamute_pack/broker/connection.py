@@ -41,6 +41,8 @@ class Connection:
     @ivar receipts: the outcomes owed to it for the letters it sent.
     @ivar last_dispatch: when it last got a service request (dispatch count),
         so the least recently served worker gets the next one.
+    @ivar stalled: its session could not take the last delivery: nothing
+        more is pushed at it until it is retried (L{Stalled}).
     """
 
     session: Session
@@ -57,6 +59,7 @@ class Connection:
     receipts: Receipts = field(default_factory=Receipts)
     last_dispatch: int = 0
     dropped: int = 0
+    stalled: bool = False
 
     @property
     def gone(self) -> bool:
@@ -64,7 +67,7 @@ class Connection:
 
     def can_take(self) -> bool:
         """Whether one more message may be sent to it now."""
-        return self.credit is None or self.credit > 0
+        return not self.stalled and (self.credit is None or self.credit > 0)
 
     def took(self) -> None:
         """It was sent one message: that uses one credit, if it uses credit."""

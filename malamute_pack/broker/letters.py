@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from malamute_pack.broker.connection import Connection
     from malamute_pack.broker.session import Session
 
 
@@ -41,6 +42,9 @@ class Letter:
         (None for a letter recovered from the journal).
     @ivar address: the mailbox owner or the service name.
     @ivar deadline: when it expires undelivered (clock seconds), or None.
+    @ivar holder: the connection that holds it, while one does.
+    @ivar lease_until: while a worker holds it, when it goes back to its
+        queue if still held (clock seconds), or None (no lease).
     """
 
     id: int
@@ -58,6 +62,10 @@ class Letter:
     # Whether losing its recipient (expiry, disconnect) puts it back in its
     # queue: it is held until answered (Hold.UNTIL_ANSWERED).
     requeue_on_loss: bool = False
+    holder: Connection | None = field(default=None, repr=False)
+    # Bytes it counts against the broker's letter budget until done with.
+    charged: int = 0
+    lease_until: float | None = None
 
     def __post_init__(self) -> None:
         self.size = sum(len(frame) for frame in self.content)

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from malamute_pack.broker.errors import Refused
 
+# Limits for which 0 means "none".
+_MAY_BE_ZERO = frozenset({"service_lease"})
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -26,6 +29,22 @@ class Limits:
     @ivar service_max_bytes: content bytes one service queue holds.
     @ivar max_clients: connected clients at once.
     @ivar max_subscriptions: stream patterns plus service offers per client.
+    @ivar service_lease: seconds a worker may hold a service request it has
+        not answered before it goes back to the queue (0: no lease, held
+        until answered or the worker is lost).
+    @ivar letters_max_bytes: bytes of letters (mailbox messages and service
+        requests, queued or held until answered, each with a fixed overhead)
+        the whole broker holds before refusing more ("retry later").
+    @ivar journal_backlog_bytes: bytes of writes handed to the journal and
+        not yet committed (stream messages waiting in memory included)
+        before the broker stops reading from its clients until the journal
+        catches up (backpressure on the producers).
+    @ivar send_queue: messages ZeroMQ queues to one peer; a peer with that
+        many not yet taken does not drain: it is stalled (stream readers
+        fall behind onto the journal, letters wait in their queue).
+    @ivar receive_queue: messages ZeroMQ queues from one peer that the
+        broker has not read yet; beyond it the peer's sends wait (ZeroMQ
+        and TCP backpressure).
     """
 
     max_message_bytes: int = 4 * 1024 * 1024
@@ -38,12 +57,19 @@ class Limits:
     service_max_bytes: int = 256 * 1024 * 1024
     max_clients: int = 10_000
     max_subscriptions: int = 1_000
+    service_lease: int = 0
+    letters_max_bytes: int = 48 * 1024 * 1024
+    journal_backlog_bytes: int = 32 * 1024 * 1024
+    send_queue: int = 4_000
+    receive_queue: int = 1_000
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"limit {name} must be a positive integer, not {value!r}")
+            least = 0 if name in _MAY_BE_ZERO else 1
+            if not isinstance(value, int) or value < least:
+                kind = "a whole number of at least 0" if least == 0 else "a positive integer"
+                raise ValueError(f"limit {name} must be {kind}, not {value!r}")
         for name in ("max_subject", "max_address"):
             if getattr(self, name) > 255:
                 raise ValueError(f"limit {name} cannot exceed the wire's 255 bytes")

@@ -64,10 +64,21 @@ class Malformed:
 
 
 @dataclass(frozen=True, slots=True)
-class Oversized:
-    """The session sent C{message}, which breaks a size limit."""
+class Rejected:
+    """
+    The session sent C{message}, which its transport rejected at the door
+    (it breaks a size limit, or a name in it is not valid UTF-8) for
+    C{reason}.
+    """
 
     message: mlm.Message
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unresponsive:
+    """The transport gave the session up: it does not read what it is sent."""
+
     reason: str
 
 
@@ -75,7 +86,7 @@ class AnyOther:
     """The key of a state's row for every event without a row of its own."""
 
 
-InternalEvent = Expired | TakenOver | Replaced | Malformed | Oversized
+InternalEvent = Expired | TakenOver | Replaced | Malformed | Rejected | Unresponsive
 EXPIRED: Final = Expired()
 TAKEN_OVER: Final = TakenOver()
 REPLACED: Final = Replaced()
@@ -93,7 +104,7 @@ class Action(enum.Enum):
     REPLY_PONG = "reply_pong"
     REPLY_INVALID = "reply_invalid"
     REPLY_MALFORMED = "reply_malformed"
-    REFUSE_OVERSIZED = "refuse_oversized"
+    REFUSE_REJECTED = "refuse_rejected"
     REQUIRE_DIALECT = "require_dialect"
     DELIVER_MAIL = "deliver_mail"
     STORE_WRITER = "store_writer"
@@ -123,7 +134,8 @@ _END = Row((_A.DEREGISTER,), State.GONE)
 MACHINE: Final[dict[tuple[State, EventType], Row]] = {
     (State.START, mlm.ConnectionOpen): _OPEN,
     (State.START, Malformed): Row((_A.REPLY_MALFORMED,), State.START),
-    (State.START, Oversized): Row((_A.REFUSE_OVERSIZED,), State.START),
+    (State.START, Rejected): Row((_A.REFUSE_REJECTED,), State.START),
+    (State.START, Unresponsive): Row((), State.START),
     # ERROR 500 to a stranger, so a libmlm client opens again after a restart.
     (State.START, AnyOther): Row((_A.REPLY_INVALID,), State.START),
     # An OPEN on an open session replaces its connection (new address or version).
@@ -150,10 +162,11 @@ MACHINE: Final[dict[tuple[State, EventType], Row]] = {
     (State.CONNECTED, mlm.Confirm): Row((_A.CONFIRM,), State.CONNECTED),
     (State.CONNECTED, mlm.Done): Row((_A.REQUIRE_DIALECT, _A.DONE), State.CONNECTED),
     (State.CONNECTED, Expired): _END,
+    (State.CONNECTED, Unresponsive): _END,
     (State.CONNECTED, TakenOver): _END,
     (State.CONNECTED, Replaced): _END,
     (State.CONNECTED, Malformed): Row((_A.REPLY_MALFORMED, _A.DEREGISTER), State.GONE),
-    (State.CONNECTED, Oversized): Row((_A.REFUSE_OVERSIZED,), State.CONNECTED),
+    (State.CONNECTED, Rejected): Row((_A.REFUSE_REJECTED,), State.CONNECTED),
     # Messages only a broker sends (deliveries, OK, ERROR) are violations.
     (State.CONNECTED, AnyOther): Row((_A.REPLY_INVALID, _A.DEREGISTER), State.GONE),
 }

@@ -29,19 +29,26 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from malamute_pack.broker.connection import Connection
-from malamute_pack.broker.deadlines import Deadlines
+from malamute_pack.broker.deadlines import Deadlines, Leases
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.letters import Kind, Letter, LetterQueue, LetterState, QueueFull
 from malamute_pack.broker.limits import Limits, check_name, longer_than
+from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.registry import Registry
 from malamute_pack.broker.service import Service
 from malamute_pack.broker.session import Hold
+from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.store import QueuedRecord, Store, StoreError
 from malamute_pack.broker.streams import check_pattern
 from malamute_pack.protocol import mlm
 
 _log = Logger()
+
+# Bytes a letter costs beyond its content (the object, its strings, its
+# place in a queue and in the journal's bookkeeping), so that many tiny
+# letters are bounded too.
+LETTER_OVERHEAD: Final = 512
 
 LetterMessage = mlm.MailboxSend | mlm.ServiceSend
 
@@ -76,8 +83,13 @@ class PostOffice:
         limits: Limits,
         match_cache: int,
         registry: Registry,
+        stalled: Stalled,
     ) -> None:
         self._clock = clock
+        # Clients decide how many letters expire or outlive a lease: a
+        # line per letter would let them fill the log.
+        self._log_limit = LogLimit(clock, _log)
+        self._stalled = stalled
         self._store = store
         self._limits = limits
         self._match_cache = match_cache
@@ -85,7 +97,8 @@ class PostOffice:
         self.mailboxes: dict[str, LetterQueue] = {}
         self.services: dict[str, Service] = {}
         self._deadlines = Deadlines()
-        self._deadline_call: IDelayedCall | None = None
+        self._leases = Leases()
+        self._timer: IDelayedCall | None = None
         self._dispatches = 0
         self._ids = itertools.count(1)  # letter ids when there is no journal
         self.stored = 0
@@ -94,11 +107,15 @@ class PostOffice:
         self.expired = 0
         self.confirms = 0
         self.journal_errors = 0
+        self.leases_ended = 0
+        # Bytes of every letter not done with yet, queued or held (with
+        # LETTER_OVERHEAD each), against limits.letters_max_bytes.
+        self.letter_bytes = 0
 
     def stop(self) -> None:
-        if self._deadline_call is not None and self._deadline_call.active():
-            self._deadline_call.cancel()
-        self._deadline_call = None
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
 
     # Queues
 
@@ -177,10 +194,17 @@ class PostOffice:
             deadline,
             sender.session,
         )
+        cost = letter.size + LETTER_OVERHEAD
+        if self.letter_bytes + cost > limits.letters_max_bytes:
+            raise Refused(
+                f"memory full: the broker holds {self.letter_bytes} bytes of letters,"
+                f" its limit is {limits.letters_max_bytes}; retry later"
+            )
         try:
             self._queue_of(kind, message.address).append(letter)
         except QueueFull as e:
             raise Refused(f"queue full: {e}; retry later") from e
+        self._charge(letter, cost)
         if self._store is None:
             letter.id = next(self._ids)
         else:
@@ -196,8 +220,12 @@ class PostOffice:
             ).id
         if deadline is not None:
             self._deadlines.add(letter)
-            self._schedule_deadline()
+            self._schedule()
         return letter
+
+    def _charge(self, letter: Letter, cost: int) -> None:
+        letter.charged = cost
+        self.letter_bytes += cost
 
     def _durable(
         self, sender: Connection, letter: Letter, receipt: Receipt, error: StoreError | None
@@ -220,7 +248,7 @@ class PostOffice:
             # Not stored, not delivered: the sender's retry is its only copy.
             if letter.queue is not None:
                 letter.queue.remove(letter)
-            letter.state = LetterState.DONE
+            self._done(letter)
         # Else a recipient holds it: the sender still hears of the failure
         # and may retry, duplicating it (at least once, never lost).
         self._settle(sender, receipt, 0, mlm.FAILED, f"journal error: {error.reason}; retry later")
@@ -244,31 +272,39 @@ class PostOffice:
             return
         while connection.can_take():
             letter = mailbox.first()
-            if letter is None:
+            if letter is None or not self._hand_over(connection, letter):
                 return
-            mailbox.remove(letter)
-            self._hand_over(connection, letter)
 
     def dispatch(self, service: Service) -> None:
         """Hand queued requests to workers that match and can take them."""
         if not len(service.queue):
             return
         for letter in list(service.queue):
-            worker = service.pick_worker(letter.subject)
-            if worker is None:
-                continue
-            service.queue.remove(letter)
-            self._dispatches += 1
-            worker.last_dispatch = self._dispatches
-            self._hand_over(worker, letter)
+            # A worker that cannot take it is stalled, so the next pick is another.
+            while (worker := service.pick_worker(letter.subject)) is not None:
+                if self._hand_over(worker, letter):
+                    self._dispatches += 1
+                    worker.last_dispatch = self._dispatches
+                    break
 
     def dispatch_offered(self, connection: Connection) -> None:
         for name in connection.offers:
             self.dispatch(self.services[name])
 
-    def _hand_over(self, recipient: Connection, letter: Letter) -> None:
-        self.delivered += 1
+    def _hand_over(self, recipient: Connection, letter: Letter) -> bool:
+        """
+        Send C{letter}, still in its queue, to C{recipient}; on success it
+        leaves the queue and is held or done with as the recipient's
+        session says. False if the session could not take it: the letter
+        stays where it was and the recipient is stalled.
+        """
         session = recipient.session
+        if not session.deliver_letter(letter):
+            self._stalled.add(recipient)
+            return False
+        assert letter.queue is not None
+        letter.queue.remove(letter)
+        self.delivered += 1
         hold = session.hold(letter)
         if hold is Hold.UNTIL_ANSWERED:
             self._hold(recipient, letter, requeue_on_loss=True)
@@ -277,17 +313,31 @@ class PostOffice:
             if hold is Hold.FOR_CONFIRM:
                 self._hold(recipient, letter, requeue_on_loss=False)
         recipient.took()
-        session.deliver_letter(letter)
+        return True
 
     def _hold(self, recipient: Connection, letter: Letter, requeue_on_loss: bool) -> None:
         letter.state = LetterState.HELD
         letter.requeue_on_loss = requeue_on_loss
+        letter.holder = recipient
         recipient.held[letter.id] = letter
+        lease = self._limits.service_lease
+        if lease and requeue_on_loss and letter.kind is Kind.SERVICE:
+            letter.lease_until = self._clock.seconds() + lease
+            self._leases.add(letter)
+            self._schedule()
 
     def _forget(self, letter: Letter) -> None:
-        letter.state = LetterState.DONE
+        """C{letter} is done with: out of the journal and the memory budget."""
+        self._done(letter)
         if self._store is not None:
             self._store.remove_queued(letter.id)
+
+    def _done(self, letter: Letter) -> None:
+        """C{letter} is done with: its bytes go back to the budget, its content is dropped."""
+        letter.state = LetterState.DONE
+        self.letter_bytes -= letter.charged
+        letter.charged = 0
+        letter.content = ()  # a letter kept for its CONFIRM needs no content
 
     # Completion
 
@@ -308,7 +358,9 @@ class PostOffice:
     def _complete(self, letter: Letter, code: int, reason: str) -> None:
         if letter.requeue_on_loss:
             self._forget(letter)
-        letter.state = LetterState.DONE
+        self._done(letter)
+        letter.holder = None
+        letter.lease_until = None
         self.confirms += 1
         self._notify_sender(letter, code, reason or "confirmed by recipient")
 
@@ -326,19 +378,25 @@ class PostOffice:
         """A connection is gone: what it held and must not lose goes back to its queue."""
         touched: set[Service] = set()
         for letter in connection.held.values():
-            if not letter.requeue_on_loss:
-                continue
-            self._queue_of(letter.kind, letter.address).requeue(letter)
-            self.requeued += 1
-            if letter.deadline is not None:
-                self._deadlines.add(letter)
-                self._schedule_deadline()
-            if letter.kind is Kind.SERVICE:
-                touched.add(self.service(letter.address))
+            if letter.requeue_on_loss:
+                service = self._requeue(letter)
+                if service is not None:
+                    touched.add(service)
         connection.held.clear()
         connection.receipts.clear()
         for service in touched:
             self.dispatch(service)
+
+    def _requeue(self, letter: Letter) -> Service | None:
+        """Put a letter its recipient lost back at the front of its queue; its service."""
+        self._queue_of(letter.kind, letter.address).requeue(letter)
+        letter.holder = None
+        letter.lease_until = None
+        self.requeued += 1
+        if letter.deadline is not None:
+            self._deadlines.add(letter)  # still its one entry if it never left
+            self._schedule()
+        return self.service(letter.address) if letter.kind is Kind.SERVICE else None
 
     def restore(self, records: Iterable[QueuedRecord]) -> int:
         """Put letters recovered from the journal back in their queues (startup)."""
@@ -356,10 +414,11 @@ class PostOffice:
                 record.deadline,
             )
             self._queue_of(kind, letter.address).append(letter, bounded=False)
+            self._charge(letter, letter.size + LETTER_OVERHEAD)
             if letter.deadline is not None:
                 self._deadlines.add(letter)
             count += 1
-        self._schedule_deadline()
+        self._schedule()
         return count
 
     # Offers
@@ -375,32 +434,63 @@ class PostOffice:
             self.services[name].offers.unsubscribe_owner(worker)
         worker.offers.clear()
 
-    # Time
+    # Time: deadlines of queued letters, leases of held service requests
 
-    def _schedule_deadline(self) -> None:
-        when = self._deadlines.next_deadline()
-        if when is None:
+    def _schedule(self) -> None:
+        """Have the clock wake us for the next deadline or lease, whichever is first."""
+        times = [
+            t for t in (self._deadlines.next_time(), self._leases.next_time()) if t is not None
+        ]
+        if not times:
             return
-        call = self._deadline_call
+        when = min(times)
+        call = self._timer
         if call is not None and call.active():
             if call.getTime() <= when:
                 return
             call.cancel()
-        self._deadline_call = self._clock.callLater(
-            max(0.0, when - self._clock.seconds()), self._expire_letters
-        )
+        self._timer = self._clock.callLater(max(0.0, when - self._clock.seconds()), self._on_time)
 
-    def _expire_letters(self) -> None:
-        self._deadline_call = None
-        for letter in self._deadlines.pop_due(self._clock.seconds()):
-            assert letter.queue is not None
+    def _on_time(self) -> None:
+        self._timer = None
+        now = self._clock.seconds()
+        try:
+            for letter in self._deadlines.pop_due(now):
+                self._expire(letter)
+            touched = {self._end_lease(letter) for letter in self._leases.pop_due(now)}
+            for service in touched:
+                self.dispatch(service)
+        finally:
+            self._schedule()
+
+    def _expire(self, letter: Letter) -> None:
+        if letter.queue is not None:
             letter.queue.remove(letter)
-            self._forget(letter)
-            self.expired += 1
-            _log.info(
-                "{kind} message to {address!r} expired undelivered",
-                kind=letter.kind.value,
-                address=letter.address,
-            )
-            self._notify_sender(letter, mlm.FAILED, "expired: not delivered before its timeout")
-        self._schedule_deadline()
+        self._forget(letter)
+        self.expired += 1
+        self._log_limit.info(
+            "expired",
+            "{kind} message to {address!r} expired undelivered",
+            kind=letter.kind.value,
+            address=letter.address,
+        )
+        self._notify_sender(letter, mlm.FAILED, "expired: not delivered before its timeout")
+
+    def _end_lease(self, letter: Letter) -> Service:
+        """A worker held a request past its lease: it goes back to the queue."""
+        holder = letter.holder
+        if holder is not None and holder.held.get(letter.id) is letter:
+            del holder.held[letter.id]
+        self.leases_ended += 1
+        self._log_limit.info(
+            "lease",
+            "service request {id} to {address!r} held by {holder} past its lease of {lease}s:"
+            " back in the queue",
+            id=letter.id,
+            address=letter.address,
+            holder=holder,
+            lease=self._limits.service_lease,
+        )
+        service = self._requeue(letter)
+        assert service is not None
+        return service

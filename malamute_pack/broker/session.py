@@ -9,8 +9,8 @@ dialect decides the encoding (MLM v1, v2, a peer protocol) and the policy
 (what a delivered letter leaves the broker holding, which commands exist).
 
 A transport feeds the model through the L{Receiver} interface, which the
-broker implements: decoded messages with the session they came from, and
-the input it could not decode or that broke a size limit.
+broker implements: decoded messages with the session they came from, the
+input it could not decode, and the messages it rejected at the door.
 
 Tests: ``tests/test_broker_sessions.py`` (an in-memory session drives the
 model), ``tests/test_transport_sessions.py`` (the MLM sessions).
@@ -72,14 +72,23 @@ class Session(Protocol):
 
     # Deliveries
 
-    def deliver_stream(self, record: StreamRecord) -> None:
+    def deliver_stream(self, record: StreamRecord) -> bool:
         """
         A stream message for this reader. The same record object goes to
         every reader of one fan-out, so a session may reuse its encoding.
+
+        @return: False if the party cannot take it now (what it has been
+            sent is not drained yet): it was not sent, and the broker
+            delivers it later (from the journal) or counts it as missed.
         """
 
-    def deliver_letter(self, letter: Letter) -> None:
-        """A mailbox message or service request for this recipient."""
+    def deliver_letter(self, letter: Letter) -> bool:
+        """
+        A mailbox message or service request for this recipient.
+
+        @return: False if the party cannot take it now: it was not sent,
+            and the letter stays queued.
+        """
 
     def gap(self, stream: str, missed: int, available: int) -> None:
         """Retention removed messages C{missed} to C{available - 1} before this reader got them."""
@@ -100,5 +109,16 @@ class Receiver(Protocol):
     def malformed(self, session: Session, reason: str) -> None:
         """Input from C{session} that did not decode."""
 
-    def oversized(self, session: Session, message: mlm.Message, reason: str) -> None:
-        """A message from C{session} over the size limits (C{reason} says which)."""
+    def rejected(self, session: Session, message: mlm.Message, reason: str) -> None:
+        """
+        A message from C{session} that decoded but breaks the protocol's
+        rules for its contents (a size limit, a string that is not UTF-8):
+        refused for C{reason}, as the protocol answers that message.
+        """
+
+    def unresponsive(self, session: Session, reason: str) -> None:
+        """
+        The transport gave C{session} up: it does not take what it is sent
+        (not even the answers to its own commands) and its backlog passed
+        its bound. The broker ends its connection, as if it had expired.
+        """

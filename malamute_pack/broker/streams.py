@@ -6,8 +6,10 @@ reading from a position) until they catch up with the live stream.
 A reader is either live on a stream or behind it, with the sequence number
 it needs next in C{connection.behind}. A live message skips a reader that is
 behind: the message is in the journal and reaches it in order from there.
-A reader that runs out of credit becomes behind at the message it could not
-take. Reading from the journal goes a batch at a time, only while the
+A reader that runs out of credit, or whose session cannot take a message
+(it does not drain: L{Stalled}), becomes behind at the message it could not
+take; with no journal to replay from, that message is missed (counted) by
+that reader only. Reading from the journal goes a batch at a time, only while the
 reader has credit, and ends when it has reached the stream's last sequence
 number, at which point it is live again: no gap, no duplicate.
 
@@ -29,6 +31,7 @@ from twisted.python.failure import Failure
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.limits import longer_than
+from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.store import Store, StreamRecord
 from malamute_pack.broker.stream import Stream
 from malamute_pack.matching import PatternError, validate_pattern
@@ -62,11 +65,13 @@ class Streams:
         self,
         clock: IReactorTime,
         store: Store | None,
+        stalled: Stalled,
         match_cache: int,
         replay_batch: int,
         max_subject: int = 255,
     ) -> None:
         self._clock = clock
+        self._stalled = stalled
         self._store = store
         self._match_cache = match_cache
         self._replay_batch = replay_batch
@@ -132,12 +137,16 @@ class Streams:
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
                 continue
-            if reader.credit is not None:
-                if reader.credit <= 0:
-                    self._fall_behind(reader, stream, seq)
-                    continue
-                reader.credit -= 1
-            reader.session.deliver_stream(record)
+            credit = reader.credit
+            if reader.stalled or (credit is not None and credit <= 0):
+                self._fall_behind(reader, stream, seq)
+                continue
+            if not reader.session.deliver_stream(record):
+                self._fall_behind(reader, stream, seq)
+                self._stalled.add(reader)
+                continue
+            if credit is not None:
+                reader.credit = credit - 1
             delivered += 1
         stream.delivered += delivered
         self.delivered += delivered
@@ -255,8 +264,11 @@ class Streams:
                 if not connection.can_take():
                     behind[name] = record.seq
                     return
+                if not session.deliver_stream(record):
+                    behind[name] = record.seq
+                    self._stalled.add(connection)
+                    return
                 connection.took()
-                session.deliver_stream(record)
                 stream.delivered += 1
                 self.delivered += 1
             behind[name] = record.seq + 1

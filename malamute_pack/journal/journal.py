@@ -12,8 +12,15 @@ records run on a reader thread with its own connection (WAL lets it read
 while the writer writes). Retention runs as a ``LoopingCall`` that hands
 each prune to the writer thread.
 
+A record that alone cannot be written fails alone: a letter's
+``on_durable`` gets its own JournalError (``record_refused``), a stream
+record is dropped; each is counted (:class:`JournalCounters`) and logged,
+and neither is a journal error (``on_error`` hears only of failures of the
+journal itself, such as a full disk, which fail a whole batch).
+
 Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
-``tests/test_journal_durability.py``, ``tests/test_journal_disk_full.py``.
+``tests/test_journal_durability.py``, ``tests/test_journal_disk_full.py``,
+``tests/test_journal_isolation.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,13 @@ from twisted.python.threadpool import ThreadPool
 
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.identity import (
+    Marker,
+    check_file,
+    check_identity,
+    read_marker,
+    write_marker,
+)
 from malamute_pack.journal.records import (
     QUEUED_KINDS,
     QueuedRecord,
@@ -45,7 +59,7 @@ from malamute_pack.journal.records import (
     row_record,
     stream_row,
 )
-from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, migrate
+from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, journal_identity, migrate
 from malamute_pack.journal.writer import (
     SET_COUNTER,
     Barrier,
@@ -62,6 +76,10 @@ from malamute_pack.journal.writer import (
 
 _log = Logger()
 
+# What an operation costs beyond its content: its record, its row's other
+# fields, the writer's queue entry.
+_OP_OVERHEAD = 256
+
 
 class _ThreadedReactor(Protocol):
     # The two reactor methods the journal calls; Twisted's zope interfaces
@@ -73,13 +91,20 @@ class _ThreadedReactor(Protocol):
 
 @dataclass(slots=True)
 class JournalCounters:
-    """Running totals, updated in the reactor thread as batches report back."""
+    """
+    Running totals, updated in the reactor thread as batches report back.
+    ``errors`` counts failures of the journal (a batch, a prune);
+    ``letters_refused`` and ``stream_records_dropped`` count records that
+    alone could not be written while the rest of their batch was.
+    """
 
     batches: int = 0
     records_written: int = 0
     bytes_written: int = 0
     pruned: int = 0
     errors: int = 0
+    letters_refused: int = 0
+    stream_records_dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +123,23 @@ class Journal:
     """
     The SQLite journal at ``path``. ``reactor`` must provide
     ``IReactorTime`` and ``IReactorFromThreads`` (the real reactor does; in
-    tests a ``Clock`` with a ``callFromThread`` will do).
+    tests a ``Clock`` with a ``callFromThread`` will do). With ``marker``
+    (a path in the data directory), the journal's identity is checked
+    against that marker when it opens, and recorded there the first time
+    (:mod:`malamute_pack.journal.identity`).
     """
 
     def __init__(
-        self, path: Path, reactor: IReactorTime, config: JournalConfig | None = None
+        self,
+        path: Path,
+        reactor: IReactorTime,
+        config: JournalConfig | None = None,
+        *,
+        marker: Path | None = None,
     ) -> None:
         self._path = Path(path)
+        self._marker = None if marker is None else Path(marker).absolute()
+        self.identity: str | None = None
         self._reactor = reactor
         self._clock = cast(_ThreadedReactor, reactor)
         self._call_from_thread = self._clock.callFromThread
@@ -117,6 +152,14 @@ class Journal:
         self._tails: dict[str, deque[StreamRow]] = {}
         self._next_id = 1
         self._pending = 0
+        # Bytes of the operations handed to the writer and not yet reported
+        # back, and each one's share in hand-over order (the writer reports
+        # them in that order): what watch_backlog bounds.
+        self._backlog_bytes = 0
+        self._backlog_shares: deque[int] = deque()
+        self._backlog_limit = 0
+        self._on_backlog: Callable[[bool], None] | None = None
+        self._backlog_over = False
         # Operations not yet handed to the writer (see _hand_over).
         self._outbox: list[WriteOp] = []
         self._outbox_stores: dict[int, QueuedStore] = {}
@@ -133,9 +176,29 @@ class Journal:
         return self._path
 
     @property
+    def marker(self) -> Path | None:
+        """The data directory's marker this journal checks its identity against, if any."""
+        return self._marker
+
+    @property
     def pending_writes(self) -> int:
         """Writes (appends, stores, removes) handed to the writer and not yet reported back."""
         return self._pending
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Bytes of writes handed to the writer and not yet reported back."""
+        return self._backlog_bytes
+
+    def watch_backlog(self, limit: int, callback: Callable[[bool], None]) -> None:
+        """
+        Call C{callback(True)} when the backlog passes C{limit} bytes, and
+        C{callback(False)} once it is back under half of it: the broker
+        stops reading from its clients in between, so a journal that falls
+        behind slows the producers instead of growing the broker's memory.
+        """
+        self._backlog_limit = limit
+        self._on_backlog = callback
 
     def open(self) -> Recovered:
         """
@@ -147,18 +210,22 @@ class Journal:
         conn: sqlite3.Connection | None = None
         reader: sqlite3.Connection | None = None
         try:
+            expected = self._check_file()
             self._path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 10000")
             migrate(conn)
+            self._check_identity(conn, expected)
             recovered = self._recover(conn)
             reader = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             reader.execute("PRAGMA busy_timeout = 10000")
             reader.execute("PRAGMA query_only = ON")
-        except (sqlite3.Error, ValueError, OSError) as exc:
+        except (sqlite3.Error, ValueError, OSError, JournalError) as exc:
             for c in (conn, reader):
                 if c is not None:
                     c.close()
+            if isinstance(exc, JournalError):
+                raise
             raise JournalError.wrap(exc, self._path, "opening") from exc
         self._reader = reader
         self._read_pool = ThreadPool(minthreads=1, maxthreads=1, name="journal-reader")
@@ -176,6 +243,31 @@ class Journal:
         self._prune_loop.clock = self._reactor
         self._prune_loop.start(self._config.prune_interval_s, now=False)
         return recovered
+
+    def _check_file(self) -> Marker | None:
+        """
+        The marker, if there is one; refuses a journal file that is missing
+        or empty where the marker says a journal was created.
+        """
+        if self._marker is None:
+            return None
+        expected = read_marker(self._marker)
+        if expected is not None:
+            check_file(self._path, self._marker, expected)
+        return expected
+
+    def _check_identity(self, conn: sqlite3.Connection, expected: Marker | None) -> None:
+        """
+        Refuse a journal whose identity is not the marker's; record it in a
+        new marker where there was none.
+        """
+        identity, created = journal_identity(conn)
+        if self._marker is not None:
+            if expected is not None:
+                check_identity(self._path, self._marker, expected, identity)
+            else:
+                write_marker(self._marker, Marker(str(self._path.resolve()), identity, created))
+        self.identity = identity
 
     def _recover(self, conn: sqlite3.Connection) -> Recovered:
         streams: dict[str, tuple[int, int]] = {}
@@ -324,24 +416,32 @@ class Journal:
             raise JournalError.wrap(failure.value, self._path, "reading") from failure.value
         return failure
 
-    # Runs on the reader thread.
+    # Runs on the reader thread. A stream name SQLite cannot take (not valid
+    # UTF-8) has nothing stored: its records were dropped as they came.
     def _select_stream(self, stream: str, from_seq: int, limit: int) -> list[StreamRecord]:
         assert self._reader is not None
-        return [
-            StreamRecord(stream, seq, ts, sender, subject, decode_frames(content))
-            for seq, ts, sender, subject, content in self._reader.execute(
+        try:
+            rows = self._reader.execute(
                 "SELECT seq, ts, sender, subject, content FROM stream_messages "
                 "WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
                 (stream, from_seq, limit),
             )
+        except UnicodeEncodeError:
+            return []
+        return [
+            StreamRecord(stream, seq, ts, sender, subject, decode_frames(content))
+            for seq, ts, sender, subject, content in rows
         ]
 
     # Runs on the reader thread.
     def _select_seq_at_time(self, stream: str, t: float) -> int | None:
         assert self._reader is not None
-        (seq,) = self._reader.execute(
-            "SELECT min(seq) FROM stream_messages WHERE stream = ? AND ts >= ?", (stream, t)
-        ).fetchone()
+        try:
+            (seq,) = self._reader.execute(
+                "SELECT min(seq) FROM stream_messages WHERE stream = ? AND ts >= ?", (stream, t)
+            ).fetchone()
+        except UnicodeEncodeError:
+            return None
         return cast(int | None, seq)
 
     # Mailboxes and service queues.
@@ -409,13 +509,31 @@ class Journal:
         ops, self._outbox = self._outbox, []
         self._outbox_stores.clear()
         kept: list[WriteOp] = []
+        shares = self._backlog_shares
+        added = 0
         for op in ops:
-            if type(op) is QueuedStore and op.cancelled:
-                op.on_durable(None)
+            if type(op) is QueuedStore:
+                if op.cancelled:
+                    op.on_durable(None)
+                    continue
+                share = _OP_OVERHEAD + sum(map(len, op.record.content))
+            elif type(op) is tuple:  # a stream row: its content is one blob
+                share = _OP_OVERHEAD + op[6]
             else:
-                kept.append(op)
+                share = _OP_OVERHEAD
+            kept.append(op)
+            shares.append(share)
+            added += share
         if kept and self._writer is not None:
             self._writer.submit(kept)
+            self._backlog_bytes += added
+            watcher = self._on_backlog
+            if watcher and not self._backlog_over and self._backlog_bytes > self._backlog_limit:
+                self._backlog_over = True
+                watcher(True)
+        elif kept:
+            for _ in kept:
+                shares.pop()
 
     # Flushing and retention.
 
@@ -465,6 +583,7 @@ class Journal:
 
     def _batch_done(self, outcome: BatchOutcome) -> None:
         self._pending -= outcome.operations
+        self._drain_backlog(outcome.operations)
         for stream, last in outcome.stream_last.items():
             tail = self._tails.get(stream)
             while tail and tail[0][1] <= last:
@@ -482,8 +601,41 @@ class Journal:
                 on_durable(error)
             except Exception:
                 _log.failure("on_durable callback failed")
+        if outcome.refused or outcome.dropped:
+            self._report_records(outcome)
         if error is not None:
             self._report(error)
+
+    def _drain_backlog(self, operations: int) -> None:
+        """The writer is done with the next C{operations} operations handed over."""
+        shares = self._backlog_shares
+        freed = 0
+        for _ in range(min(operations, len(shares))):
+            freed += shares.popleft()
+        self._backlog_bytes -= freed
+        if self._backlog_over and self._backlog_bytes <= self._backlog_limit // 2:
+            self._backlog_over = False
+            assert self._on_backlog is not None
+            self._on_backlog(False)
+
+    def _report_records(self, outcome: BatchOutcome) -> None:
+        """Count and log the records that alone failed; tell each letter's sender."""
+        counters = self.counters
+        for on_durable, refusal in outcome.refused:
+            counters.letters_refused += 1
+            _log.warn("{error}; its sender is told", error=refusal)
+            try:
+                on_durable(refusal)
+            except Exception:
+                _log.failure("on_durable callback failed")
+        for dropped in outcome.dropped:
+            counters.stream_records_dropped += 1
+            _log.warn(
+                "stream record dropped: stream {stream} seq {seq}: {error}",
+                stream=ascii(dropped.stream),
+                seq=dropped.seq,
+                error=dropped.error,
+            )
 
     def _prune_done(self, outcome: PruneOutcome) -> None:
         self.counters.pruned += outcome.deleted

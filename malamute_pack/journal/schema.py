@@ -18,6 +18,10 @@ Tables:
 - ``queued_messages``: mailbox and service-queue messages until confirmed.
 - ``journal_counters``: named high-water marks (``queued_last_id``) and the
   ``running`` flag that tells a crash from a clean close.
+- ``journal_identity``: one row, the journal's identity (a random id made
+  when the journal was created, or when an older journal got this table)
+  and that time; the data directory's marker
+  (:mod:`malamute_pack.journal.identity`) records it too.
 
 Tests: ``tests/test_journal_schema.py``.
 """
@@ -25,6 +29,8 @@ Tests: ``tests/test_journal_schema.py``.
 from __future__ import annotations
 
 import sqlite3
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -81,7 +87,27 @@ def _create_initial_schema(db: Database) -> None:
     )
 
 
-MIGRATIONS: Final[Sequence[Migration]] = (_create_initial_schema,)
+def _add_identity(db: Database) -> None:
+    db.table("journal_identity").create(
+        {"id": int, "identity": str, "created": float},
+        pk="id",
+        not_null={"identity", "created"},
+        strict=True,
+    )
+    db.table("journal_identity").insert(
+        {"id": 1, "identity": uuid.uuid4().hex, "created": time.time()}
+    )
+
+
+MIGRATIONS: Final[Sequence[Migration]] = (_create_initial_schema, _add_identity)
+
+
+def journal_identity(conn: sqlite3.Connection) -> tuple[str, float]:
+    """The identity of the migrated journal on ``conn`` and when it was made."""
+    row = conn.execute("SELECT identity, created FROM journal_identity WHERE id = 1").fetchone()
+    if row is None:
+        raise ValueError("journal has no identity (its journal_identity table is empty)")
+    return str(row[0]), float(row[1])
 
 
 def schema_version(db: Database) -> int:

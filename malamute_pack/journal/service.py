@@ -1,9 +1,11 @@
 """
 The journal as a Twisted service: opened (and recovered) when the broker
 starts, before its sockets bind, so recovered letters are back in their
-queues before any client connects; flushed and closed when it stops.
+queues before any client connects; flushed and closed when it stops. A
+journal that cannot open (corrupt, or not the journal its data directory's
+marker records) is logged and raised, so that C{twistd} exits non-zero.
 
-Tests: ``tests/test_broker_durable.py``.
+Tests: ``tests/test_broker_durable.py``, ``tests/test_datadir.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ class JournalService(Service):
         journal.on_error = self._report
 
     def startService(self) -> None:
-        found = self.journal.open()
+        try:
+            found = self.journal.open()
+        except JournalError as e:
+            _log.critical("the broker cannot start: {error}", error=e)
+            raise
         _log.info(
             "journal {path}: {streams} streams, {letters} letters waiting{crash}",
             path=str(self.journal.path),

@@ -7,16 +7,26 @@ Group commit: the thread blocks for a first operation, gathers more until
 passed since the first, and writes them in one transaction, setting
 ``PRAGMA synchronous`` first to the strongest level any of them needs.
 Each batch's outcome (what committed, every ``on_durable`` callback, or the
-error) goes back to the reactor in one ``callFromThread``. A failed batch is
-rolled back and reported; the thread keeps going with the next one.
+error) goes back to the reactor in one ``callFromThread``.
+
+A batch that fails is rolled back. If the storage failed (a full disk, an
+I/O error: :func:`~malamute_pack.journal.errors.storage_failure`) the whole
+batch fails and is reported; the thread keeps going with the next one.
+Otherwise one of its records is to blame (text SQLite cannot take, a
+constraint), and the batch is written again with each chunk of rows in a
+savepoint, and each row of a chunk that fails in a savepoint of its own:
+every record that can be written is, and only a record that cannot be fails
+(a letter's ``on_durable`` gets its error; a stream record, which has no
+callback, is reported as dropped). The fast path pays nothing for this.
 
 It also keeps the ``streams`` and ``journal_counters`` high-water marks in
 step (a failed batch's sequence numbers are saved with the next batch that
-commits, so they are not handed out again after a restart) and runs
+commits, so they are not handed out again after a restart; a mark that
+cannot be written at all is dropped, never retried forever) and runs
 retention pruning in bounded steps, one step between write batches.
 
 Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
-``tests/test_journal_disk_full.py``.
+``tests/test_journal_disk_full.py``, ``tests/test_journal_isolation.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -36,7 +46,7 @@ from typing import Any, Final, TypeAlias
 from twisted.logger import Logger
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
-from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.errors import JournalError, storage_failure
 from malamute_pack.journal.records import QueuedRecord, StreamRow, encode_frames
 from malamute_pack.journal.retention import PruneStep, prune_step
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
@@ -53,13 +63,18 @@ _INSERT_STREAM: Final = (
 _ROWS_PER_INSERT: Final = 128
 
 
-def _chunked(single: str) -> str:
-    """C{single}, an INSERT of one row, made to insert L{_ROWS_PER_INSERT} rows."""
+def _chunked(single: str, rows: int = _ROWS_PER_INSERT) -> str:
+    """C{single}, an INSERT of one row, made to insert C{rows} rows."""
     head, values = single.split(" VALUES ")
-    return head + " VALUES " + ", ".join([values] * _ROWS_PER_INSERT)
+    return head + " VALUES " + ", ".join([values] * rows)
 
 
-def _insert_all(conn: sqlite3.Connection, single: str, rows: list[tuple[Any, ...]]) -> None:
+def _chunk_statement(single: str, rows: int) -> str:
+    """The INSERT of C{rows} rows made from C{single}: the cached one for a whole chunk."""
+    return _CHUNKED[single] if rows == _ROWS_PER_INSERT else _chunked(single, rows)
+
+
+def _insert_all(conn: sqlite3.Connection, single: str, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert C{rows} with C{single}, a chunk of rows per statement."""
     whole = len(rows) - len(rows) % _ROWS_PER_INSERT
     if whole:
@@ -72,6 +87,53 @@ def _insert_all(conn: sqlite3.Connection, single: str, rows: list[tuple[Any, ...
         )
     if whole < len(rows):
         conn.executemany(single, rows[whole:])
+
+
+def _in_savepoint(conn: sqlite3.Connection, sql: str, *rows: tuple[Any, ...]) -> None:
+    """
+    Run C{sql} once per row, all or nothing: inside a savepoint, rolled
+    back if it raises (the caller's transaction goes on).
+    """
+    conn.execute("SAVEPOINT record")
+    try:
+        if len(rows) == 1:
+            conn.execute(sql, rows[0])
+        else:
+            conn.executemany(sql, rows)
+    except BaseException:
+        conn.execute("ROLLBACK TO record")
+        conn.execute("RELEASE record")
+        raise
+    conn.execute("RELEASE record")
+
+
+def _insert_isolated(
+    conn: sqlite3.Connection, single: str, rows: Sequence[tuple[Any, ...]]
+) -> list[Exception | None]:
+    """
+    Insert every row of C{rows} that can be inserted by itself with
+    C{single} (in the caller's transaction); per row, None or what stopped
+    it. A chunk of rows goes in one statement; only a chunk that fails is
+    tried again row by row. Raises what L{storage_failure} says is the
+    storage's failure.
+    """
+    failed: list[Exception | None] = [None] * len(rows)
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[start : start + _ROWS_PER_INSERT]
+        try:
+            _in_savepoint(conn, _chunk_statement(single, len(chunk)), tuple(chain(*chunk)))
+            continue
+        except Exception as exc:
+            if storage_failure(exc):
+                raise
+        for offset, row in enumerate(chunk):
+            try:
+                _in_savepoint(conn, single, row)
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                failed[start + offset] = exc
+    return failed
 
 
 _UPSERT_STREAM_STATS: Final = (
@@ -144,9 +206,23 @@ Submission: TypeAlias = Operation | list[WriteOp]
 _log = Logger()
 
 
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A stream record that could not be written, and why."""
+
+    stream: str
+    seq: int
+    error: JournalError
+
+
 @dataclass(slots=True)
 class BatchOutcome:
-    """One batch as the reactor needs to hear of it."""
+    """
+    One batch as the reactor needs to hear of it: ``callbacks`` get
+    ``error`` (None when the batch committed); ``refused`` are the letters
+    that alone could not be written, each with its own error, and
+    ``dropped`` the stream records.
+    """
 
     operations: int
     records: int
@@ -154,6 +230,26 @@ class BatchOutcome:
     stream_last: dict[str, int]
     callbacks: list[DurableCallback]
     error: JournalError | None
+    refused: list[tuple[DurableCallback, JournalError]] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """
+    A batch's rows, ready to insert: ``callbacks[i]`` is ``queued_rows[i]``'s;
+    ``stream_stats`` per stream is [last seq, records, bytes].
+    """
+
+    operations: int
+    stream_rows: list[StreamRow]
+    stream_stats: dict[str, list[int]]
+    queued_rows: list[tuple[Any, ...]]
+    callbacks: list[DurableCallback]
+    removed: list[tuple[int]]
+    level: int
+    bytes: int
+    refused: list[tuple[DurableCallback, JournalError]]
 
 
 @dataclass(slots=True)
@@ -290,18 +386,26 @@ class JournalWriter:
 
     def _write(self, batch: list[WriteOp]) -> BatchOutcome:
         try:
-            return self._commit(batch)
+            prepared = self._prepare(batch)
+            try:
+                return self._commit(prepared)
+            except Exception as exc:
+                self._rollback()
+                if storage_failure(exc):
+                    raise
+                return self._commit_isolated(prepared)
         except Exception as exc:  # a bug as much as a full disk must not end the thread
             self._rollback()
             return self._failed(batch, exc)
 
-    def _commit(self, batch: list[WriteOp]) -> BatchOutcome:
-        """Write ``batch`` in one transaction; raises if anything fails."""
+    def _prepare(self, batch: list[WriteOp]) -> _Prepared:
+        """The rows of ``batch``; notes its high-water marks as unsaved."""
         stream_rows: list[StreamRow] = []
         stream_stats: dict[str, list[int]] = {}  # stream -> [last seq, count, bytes]
         queued_rows: list[tuple[Any, ...]] = []
         removed: list[tuple[int]] = []
         callbacks: list[DurableCallback] = []
+        refused: list[tuple[DurableCallback, JournalError]] = []
         level = -1
         written_bytes = 0
         for op in batch:
@@ -319,7 +423,12 @@ class JournalWriter:
                 level = max(level, self._stream_level)
             elif type(op) is QueuedStore:
                 r = op.record
-                blob = encode_frames(r.content)
+                self._unsaved_queued_last = max(self._unsaved_queued_last, r.id)
+                try:
+                    blob = encode_frames(r.content)
+                except ValueError as exc:  # a frame too large to store
+                    refused.append((op.on_durable, self._refused(exc, r.id, r.kind, r.address)))
+                    continue
                 queued_rows.append(
                     (
                         r.id,
@@ -335,7 +444,6 @@ class JournalWriter:
                 )
                 callbacks.append(op.on_durable)
                 written_bytes += len(blob)
-                self._unsaved_queued_last = max(self._unsaved_queued_last, r.id)
                 level = max(level, self._queue_level)
             else:
                 assert isinstance(op, QueuedRemove)
@@ -343,35 +451,112 @@ class JournalWriter:
                 level = max(level, self._queue_level)
         for stream, (last, _, _) in stream_stats.items():
             self._unsaved_stream_last[stream] = last
+        return _Prepared(
+            len(batch),
+            stream_rows,
+            stream_stats,
+            queued_rows,
+            callbacks,
+            removed,
+            level,
+            written_bytes,
+            refused,
+        )
+
+    def _commit(self, p: _Prepared) -> BatchOutcome:
+        """Write ``p`` in one transaction; raises if anything fails."""
         # Streams whose last records failed earlier get their high-water mark saved now.
         stats_rows = [
-            (stream, last, *stream_stats.get(stream, (0, 0, 0))[1:])
+            (stream, last, *p.stream_stats.get(stream, (0, 0, 0))[1:])
             for stream, last in self._unsaved_stream_last.items()
         ]
         conn = self._conn
-        self._set_synchronous(level)
+        self._set_synchronous(p.level)
         conn.execute("BEGIN")
-        if stream_rows:
-            _insert_all(conn, _INSERT_STREAM, stream_rows)
+        if p.stream_rows:
+            _insert_all(conn, _INSERT_STREAM, p.stream_rows)
         if stats_rows:
             conn.executemany(_UPSERT_STREAM_STATS, stats_rows)
-        if queued_rows:
-            _insert_all(conn, _INSERT_QUEUED, queued_rows)
+        if p.queued_rows:
+            _insert_all(conn, _INSERT_QUEUED, p.queued_rows)
         if self._unsaved_queued_last:
             conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
-        if removed:
-            conn.executemany(_DELETE_QUEUED, removed)
+        if p.removed:
+            conn.executemany(_DELETE_QUEUED, p.removed)
         conn.execute("COMMIT")
         self._unsaved_stream_last.clear()
         self._unsaved_queued_last = 0
         return BatchOutcome(
-            operations=len(batch),
-            records=len(stream_rows) + len(queued_rows),
-            bytes=written_bytes,
-            stream_last={stream: stats[0] for stream, stats in stream_stats.items()},
+            operations=p.operations,
+            records=len(p.stream_rows) + len(p.queued_rows),
+            bytes=p.bytes,
+            stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
+            callbacks=p.callbacks,
+            error=None,
+            refused=p.refused,
+        )
+
+    def _commit_isolated(self, p: _Prepared) -> BatchOutcome:
+        """
+        Write ``p`` again, in one transaction, leaving out every record that
+        cannot be written by itself; raises if the storage fails.
+        """
+        conn = self._conn
+        self._set_synchronous(p.level)
+        conn.execute("BEGIN")
+        bad_streams = _insert_isolated(conn, _INSERT_STREAM, p.stream_rows)
+        bad_queued = _insert_isolated(conn, _INSERT_QUEUED, p.queued_rows)
+        dropped: list[Dropped] = []
+        written_stats: dict[str, list[int]] = {}  # stream -> [records, bytes] written
+        for row, problem in zip(p.stream_rows, bad_streams, strict=True):
+            if problem is None:
+                counts = written_stats.setdefault(row[0], [0, 0])
+                counts[0] += 1
+                counts[1] += row[6]
+            else:
+                what = f"stream {row[0]!r} record {row[1]}"
+                dropped.append(
+                    Dropped(row[0], row[1], JournalError.refused(problem, self._path, what))
+                )
+        for stream, last in self._unsaved_stream_last.items():
+            count, size = written_stats.get(stream, (0, 0))
+            try:
+                _in_savepoint(conn, _UPSERT_STREAM_STATS, (stream, last, count, size))
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                # A stream name SQLite cannot take: its records were dropped
+                # above; its mark is not kept to fail every later batch.
+        if self._unsaved_queued_last:
+            conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
+        if p.removed:
+            conn.executemany(_DELETE_QUEUED, p.removed)
+        conn.execute("COMMIT")
+        self._unsaved_stream_last.clear()
+        self._unsaved_queued_last = 0
+        callbacks: list[DurableCallback] = []
+        refused = list(p.refused)
+        written = sum(counts[1] for counts in written_stats.values())
+        for letter, callback, problem in zip(p.queued_rows, p.callbacks, bad_queued, strict=True):
+            if problem is None:
+                callbacks.append(callback)
+                written += len(letter[8])
+            else:
+                refused.append((callback, self._refused(problem, *letter[:3])))
+        return BatchOutcome(
+            operations=p.operations,
+            records=len(p.stream_rows) - len(dropped) + len(callbacks),
+            bytes=written,
+            stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
             callbacks=callbacks,
             error=None,
+            refused=refused,
+            dropped=dropped,
         )
+
+    def _refused(self, exc: Exception, rid: int, kind: str, address: str) -> JournalError:
+        """The error for letter ``rid``, which cannot be written because of ``exc``."""
+        return JournalError.refused(exc, self._path, f"letter {rid} for {kind} {address!r}")
 
     def _failed(self, batch: list[WriteOp], exc: Exception) -> BatchOutcome:
         """The outcome of a batch that ``exc`` stopped: every record in it failed."""

@@ -4,8 +4,9 @@ compiled pattern is, and what a per-kind index must do.
 
 A pattern's ``matches`` is the direct, one-pattern-at-a-time definition of its
 meaning: it is the oracle the property tests compare the indexes against, the
-scan the regular-expression index cannot avoid, and the check run against the
-cached subjects when a new pattern arrives.
+check the regular-expression index runs for patterns added since its RE2 set
+was last built, and the check run against the cached subjects when a new
+pattern arrives.
 
 Tests: ``tests/test_matching_patterns.py``, ``tests/test_matching_properties.py``.
 """

@@ -11,8 +11,15 @@ Prints one line per workload:
 - ``naive``: this engine against what the C broker does, a scan of compiled
   regular expressions per message, with the same regular expressions and
   the same subjects.
+- ``uncached``: microseconds per subject never seen before (a cache miss, so
+  the regular-expression index really runs) with 15 clients x 1000 distinct
+  regular-expression readers, against the per-pattern scan that index used
+  to do (Python's ``re``, each pattern in turn) on the same subjects; also
+  the Set build and a cached subject's cost.
 
 The garbage collector is paused while a loop is timed (as ``timeit`` does).
+
+``--workload NAME`` (repeatable) runs only those workloads.
 
 Tests: ``tests/test_matching_bench.py`` (runs every workload small).
 """
@@ -26,6 +33,8 @@ import random
 import re
 import time
 from collections.abc import Callable, Sequence
+
+from pyroaring import BitMap
 
 from malamute_pack.matching.index import SubscriptionIndex
 
@@ -168,7 +177,105 @@ def naive(
     )
 
 
+#: Measurements a sensor reader of the ``uncached`` workload asks for.
+MEASUREMENTS = ("temp", "humidity", "pressure", "co2", "light")
+
+
+def reader_regex(rng: random.Random, client: int, reader: int, readers: int) -> str:
+    """
+    A distinct regular expression as a monitoring client would send, in one
+    of four shapes; ``client * readers + reader`` makes it unique.
+    """
+    number, measurement = client * readers + reader, rng.choice(MEASUREMENTS)
+    shape = reader % 4
+    if shape == 0:
+        return rf"^sensor\.{number}\..*{measurement}$"
+    if shape == 1:
+        return rf"^site{client}\.rack{reader}\.(cpu|disk)\d+\.{measurement}"
+    if shape == 2:
+        return rf"^building\.{client}\.floor\.{reader % 50}\.[a-z]+\.{measurement}$"
+    return rf"alarm\.{number}\b"
+
+
+def fresh_subject(rng: random.Random, serial: int, patterns: int) -> str:
+    """
+    A subject no earlier one equals (``serial`` is in it) in one of the
+    readers' four shapes, for a random reader number: some match a reader.
+    """
+    number, measurement = rng.randrange(patterns + patterns // 10), rng.choice(MEASUREMENTS)
+    shape = rng.randrange(4)
+    if shape == 0:
+        return f"sensor.{number}.room{serial}.{measurement}"
+    if shape == 1:
+        return f"site{number % 15}.rack{number % 1000}.cpu{serial}.{measurement}"
+    if shape == 2:
+        return f"building.{number % 15}.floor.{number % 50}.x{serial}.{measurement}"
+    return f"alarm.{number}.{serial}"
+
+
+def uncached(
+    clients: int = 15,
+    readers: int = 1000,
+    subjects: int = 100_000,
+    scan_subjects: int = 1000,
+    cached_messages: int = 1_000_000,
+    seed: int = 4,
+) -> str:
+    """
+    Cost of a new subject with ``clients`` x ``readers`` regular-expression
+    readers, through the index (a cache miss each: the RE2 Set runs) and
+    through the old per-pattern scan, with the same subjects; then the cost
+    of a cached subject.
+    """
+    rng = random.Random(seed)
+    owners = [Subscriber(number) for number in range(clients)]
+    regexes = [
+        reader_regex(rng, client, reader, readers)
+        for client in range(clients)
+        for reader in range(readers)
+    ]
+    fresh = [fresh_subject(rng, serial, len(regexes)) for serial in range(subjects)]
+    index: SubscriptionIndex[Subscriber] = SubscriptionIndex(cache_size=10_000)
+    for number, regex in enumerate(regexes):
+        index.subscribe(owners[number // readers], regex)
+
+    # The first lookup compiles the Set: a burst of subscriptions costs one build.
+    build_s, _ = _timed(lambda: len(index.match("warm.up")))
+    uncached_s, _ = _timed(lambda: _count_matches(index, fresh))
+    if index.stats.hits:
+        raise AssertionError(f"{index.stats.hits} subjects were not new")
+    recent = fresh[-min(len(fresh), index.cache_size) :]
+    repeated = rng.choices(recent, k=cached_messages)
+    cached_s, _ = _timed(lambda: _count_matches(index, repeated))
+
+    # What the regular-expression index did before: each pattern in turn,
+    # with Python's re (the bench's patterns are ours, so re is safe here).
+    scan = [(bit, re.compile(regex).search) for bit, regex in enumerate(regexes)]
+    scanned = fresh[:scan_subjects]
+
+    def scan_all() -> int:
+        total = 0
+        for subject in scanned:
+            total += len(BitMap([bit for bit, search in scan if search(subject)]))
+        return total
+
+    scan_s, scan_matches = _timed(scan_all)
+    check = sum(len(index.match_bits(subject)) for subject in scanned)
+    if check != scan_matches:
+        raise AssertionError(f"the index found {check} matches, the scan {scan_matches}")
+    set_us = uncached_s / len(fresh) * 1e6
+    scan_us = scan_s / len(scanned) * 1e6
+    cached_us = cached_s / cached_messages * 1e6
+    return (
+        f"workload=uncached patterns={len(regexes)} clients={clients} readers={readers} "
+        f"uncached_us_per_lookup={set_us:.2f} scan_us_per_lookup={scan_us:.0f} "
+        f"speedup={scan_us / set_us:.0f} cached_us_per_lookup={cached_us:.2f} "
+        f"set_build_ms={build_s * 1e3:.0f}"
+    )
+
+
 SCALING_SIZES = (100, 1000, 10_000, 100_000)
+WORKLOADS = ("openamq", "scaling", "naive", "uncached")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -177,11 +284,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--messages", type=int, default=1_000_000, help="messages per timed loop (default 1M)"
     )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=WORKLOADS,
+        help="run this workload (repeatable; default: all of them)",
+    )
     options = parser.parse_args(argv)
-    print(openamq(messages=options.messages), flush=True)
-    for size in SCALING_SIZES:
-        print(scaling(size, messages=options.messages), flush=True)
-    print(naive(engine_messages=options.messages), flush=True)
+    chosen = options.workload or WORKLOADS
+    if "openamq" in chosen:
+        print(openamq(messages=options.messages), flush=True)
+    if "scaling" in chosen:
+        for size in SCALING_SIZES:
+            print(scaling(size, messages=options.messages), flush=True)
+    if "naive" in chosen:
+        print(naive(engine_messages=options.messages), flush=True)
+    if "uncached" in chosen:
+        print(uncached(cached_messages=options.messages), flush=True)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ class WordPattern(Pattern):
         super().__init__(kind, text)
         self.separator = separator
         self.tokens = tokens
+        # Safe on Python's re (2x faster than RE2 here): generated, words escaped, one
+        # unbounded repeat at most, so backtracking is at worst quadratic in the subject.
         self._fullmatch = (
             re.compile(_as_regex(tokens, separator)).fullmatch
             if tokens.count(Wild.ANY) <= 1

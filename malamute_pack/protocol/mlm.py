@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import ClassVar, Final, NoReturn, cast
 
 SIGNATURE: Final = b"\xaa\xa8"
@@ -39,6 +40,24 @@ class MalformedMessage(ValueError):
     frame, a wrong signature, an unknown id, a length that runs past the end
     of the frame, trailing bytes, or a field value that cannot be encoded.
     """
+
+
+class InvalidText(MalformedMessage):
+    """
+    Raised by L{decode_checked} for a well-formed message with a string
+    field that is not valid UTF-8 (the protocol's strings are UTF-8).
+
+    @ivar message: the message, decoded anyway (the bad bytes kept with
+        ``surrogateescape``), so that a broker can refuse it as the protocol
+        answers that message.
+    @ivar field: the first such field.
+    """
+
+    def __init__(self, message: Message, field: str) -> None:
+        raw = getattr(message, field).encode("utf-8", "surrogateescape")
+        super().__init__(f"invalid {field}: not valid UTF-8 ({raw[:32].hex(' ')})")
+        self.message = message
+        self.field = field
 
 
 # Field kinds: a string (u8 length), a number2 (u16), a number4 (u32), and,
@@ -458,6 +477,7 @@ def _run_source(source: list[str], scope: dict[str, object]) -> None:
         string_too_long=_string_too_long,
         struct_error=struct.error,
         MalformedMessage=MalformedMessage,
+        InvalidText=InvalidText,
     )
     for kind, packer in _PACKERS.items():
         scope[f"pack{kind}"] = packer.pack
@@ -465,9 +485,16 @@ def _run_source(source: list[str], scope: dict[str, object]) -> None:
     exec("\n".join(source), scope)  # the source is built above from the class layouts
 
 
-def _decoder_source(cls: type[Message]) -> list[str]:
+def _decoder_source(cls: type[Message], fn: str, strict: bool) -> list[str]:
+    """
+    Source of a decoder. A C{strict} one decodes strings as UTF-8 and, for
+    one that is not, raises L{InvalidText} with the message decoded anyway;
+    the other keeps any bytes with C{surrogateescape}.
+    """
     name = MESSAGE_NAMES[cls.ID]
-    lines = ["def decode(header, frames):", "    end = len(header)", "    o = 3"]
+    lines = [f"def {fn}(header, frames):", "    end = len(header)", "    o = 3"]
+    if strict:
+        lines.append("    bad = None")
     values = []
     for field_name, kind in cls.LAYOUT:
         values.append(field_name)
@@ -478,9 +505,21 @@ def _decoder_source(cls: type[Message]) -> list[str]:
                 "    n = header[o] + 1",
                 "    if o + n > end:",
                 f"        raise MalformedMessage('{name}: string runs past the end')",
-                f"    {field_name} = header[o + 1 : o + n].decode('utf-8', 'surrogateescape')",
-                "    o += n",
             ]
+            if strict:
+                raw = "header[o + 1 : o + n]"
+                lines += [
+                    "    try:",
+                    f"        {field_name} = {raw}.decode('utf-8')",
+                    "    except UnicodeDecodeError:",
+                    f"        {field_name} = {raw}.decode('utf-8', 'surrogateescape')",
+                    f"        bad = bad or '{field_name}'",
+                ]
+            else:
+                lines.append(
+                    f"    {field_name} = header[o + 1 : o + n].decode('utf-8', 'surrogateescape')"
+                )
+            lines.append("    o += n")
         else:
             size = _PACKERS[kind].size
             lines += [
@@ -500,27 +539,41 @@ def _decoder_source(cls: type[Message]) -> list[str]:
             "    if len(frames) > 1:",
             f"        raise MalformedMessage('{name}: carries no content frames')",
         ]
+    if strict:
+        lines += [
+            "    if bad is not None:",
+            f"        raise InvalidText(cls({', '.join(values)}), bad)",
+        ]
     lines.append(f"    return cls({', '.join(values)})")
     return lines
 
 
-def _compile(cls: type[Message]) -> tuple[HeaderEncoder, Callable[[Message], bytes], _Decoder]:
+def _compile(
+    cls: type[Message],
+) -> tuple[HeaderEncoder, Callable[[Message], bytes], _Decoder, _Decoder]:
     layout = cls.LAYOUT
     names = ", ".join(name for name, _ in layout)
     source = [
         *_encoder_source(layout, "header", names, "{}", "prefix"),
         *_encoder_source(layout, "encode_header", "message", "message.{}", "prefix"),
-        *_decoder_source(cls),
+        *_decoder_source(cls, "decode", strict=False),
+        *_decoder_source(cls, "decode_checked", strict=True),
     ]
     scope: dict[str, object] = {"cls": cls, "prefix": SIGNATURE + bytes((cls.ID,))}
     _run_source(source, scope)
-    return scope["header"], scope["encode_header"], scope["decode"]  # type: ignore[return-value]
+    return (
+        cast(HeaderEncoder, scope["header"]),
+        cast(Callable[[Message], bytes], scope["encode_header"]),
+        cast(_Decoder, scope["decode"]),
+        cast(_Decoder, scope["decode_checked"]),
+    )
 
 
 _COMPILED: Final = {message_id: _compile(cls) for message_id, cls in MESSAGE_TYPES.items()}
 _HEADER_ENCODERS: Final = {cls: _COMPILED[cls.ID][0] for cls in MESSAGE_TYPES.values()}
 _ENCODERS: Final = {cls: _COMPILED[cls.ID][1] for cls in MESSAGE_TYPES.values()}
 _DECODERS: Final = {message_id: compiled[2] for message_id, compiled in _COMPILED.items()}
+_CHECKED_DECODERS: Final = {message_id: compiled[3] for message_id, compiled in _COMPILED.items()}
 
 
 def header_encoder(cls: type[Message]) -> HeaderEncoder:
@@ -587,12 +640,8 @@ def encode(message: Message) -> list[bytes]:
     return [header]
 
 
-def decode(frames: Sequence[bytes]) -> Message:
-    """
-    Decode the frames of one message.
-
-    @raise MalformedMessage: if the frames are not one well-formed message.
-    """
+def _decode(decoders: dict[int, _Decoder], frames: Sequence[bytes]) -> Message:
+    """Decode one message with the decoder C{decoders} has for its id."""
     if not frames:
         raise MalformedMessage("no frames")
     header = frames[0]
@@ -600,10 +649,26 @@ def decode(frames: Sequence[bytes]) -> Message:
         raise MalformedMessage(f"frame of {len(header)} bytes is too short for a header")
     if header[0] != 0xAA or header[1] != 0xA8:
         raise MalformedMessage(f"wrong signature {header[:2].hex()}")
-    decoder = _DECODERS.get(header[2])
+    decoder = decoders.get(header[2])
     if decoder is None:
         raise MalformedMessage(f"unknown message id {header[2]}")
     return decoder(header, frames)
+
+
+# (Partials rather than wrappers: no Python call of their own on the hot path.)
+
+# decode(frames): decode the frames of one message. A string that is not
+# valid UTF-8 is kept as it is (with surrogateescape), so it re-encodes to
+# the same bytes: for a client, which takes whatever a broker relays.
+# Raises MalformedMessage if the frames are not one well-formed message.
+decode: Callable[[Sequence[bytes]], Message] = partial(_decode, _DECODERS)
+
+# decode_checked(frames): decode the frames of one message and check its
+# strings: for a broker, which refuses a name, address or subject that is not
+# valid UTF-8. Raises InvalidText for such a string (the exception carries
+# the message, decoded as decode would), MalformedMessage if the frames are
+# not one well-formed message.
+decode_checked: Callable[[Sequence[bytes]], Message] = partial(_decode, _CHECKED_DECODERS)
 
 
 def message_fields(message: Message) -> dict[str, object]:

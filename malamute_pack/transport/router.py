@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import zmq
 from twisted.application.service import Service
-from twisted.internet.interfaces import IReactorFDSet
+from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.logger import Logger
 
 from malamute_pack.broker.limits import Limits
@@ -45,8 +45,6 @@ class RouterService(Service):
         limits: Limits,
         endpoints: Sequence[str],
         plain: bool = False,
-        sndhwm: int = 100_000,
-        rcvhwm: int = 100_000,
     ) -> None:
         self._reactor = reactor
         self._context = context
@@ -54,17 +52,20 @@ class RouterService(Service):
         self._limits = limits
         self.endpoints = list(endpoints)
         self.plain = plain
-        self._sndhwm = sndhwm
-        self._rcvhwm = rcvhwm
         self.socket: ZmqSocket | None = None
         self.sessions: MlmSessions | None = None
         self.bound: list[str] = []
+        self._paused = False
 
     def startService(self) -> None:
         raw = self._context.socket(zmq.ROUTER)
         raw.setsockopt(zmq.LINGER, 0)
-        raw.setsockopt(zmq.SNDHWM, self._sndhwm)
-        raw.setsockopt(zmq.RCVHWM, self._rcvhwm)
+        # Bounded queues per peer. A send to a peer whose queue is full fails
+        # at once (ROUTER_MANDATORY) instead of being dropped unseen, so the
+        # broker knows the peer does not drain and stops pushing at it.
+        raw.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        raw.setsockopt(zmq.SNDHWM, self._limits.send_queue)
+        raw.setsockopt(zmq.RCVHWM, self._limits.receive_queue)
         if self.plain:
             raw.setsockopt(zmq.PLAIN_SERVER, 1)
             raw.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
@@ -77,8 +78,11 @@ class RouterService(Service):
             raw.close(linger=0)
             raise
         self.socket = ZmqSocket(self._reactor, raw, self._received)
-        self.sessions = MlmSessions(self._receiver, self.socket.send_to, self._limits)
+        clock: IReactorTime = self._reactor  # type: ignore[assignment]
+        self.sessions = MlmSessions(self._receiver, self.socket.send_to, self._limits, clock)
         self.socket.startReading()
+        if self._paused:
+            self.socket.pauseReading()
         super().startService()
 
     def _received(self, batch: Batch) -> None:
@@ -94,8 +98,21 @@ class RouterService(Service):
                 # batch, nor the socket (the reactor drops a reader that raises).
                 _log.failure("handling a message from {route} failed", route=frames[0].hex())
 
+    def pauseReading(self) -> None:
+        """Read nothing from the peers until L{resumeReading} (backpressure)."""
+        self._paused = True
+        if self.socket is not None:
+            self.socket.pauseReading()
+
+    def resumeReading(self) -> None:
+        self._paused = False
+        if self.socket is not None:
+            self.socket.resumeReading()
+
     def stopService(self) -> None:
         super().stopService()
+        if self.sessions is not None:
+            self.sessions.stop()
         if self.socket is not None:
             self.socket.close()
             self.socket = None

@@ -4,8 +4,9 @@ routing id, as the broker model's L{Session}s.
 
 L{MlmSessions} is the socket-free half of the broker's ROUTER: it decodes
 what a routing id sent, finds (or makes) that peer's L{MlmSession}, checks
-the size limits and hands the decoded message to the L{Receiver} (the
-broker). A session the broker has not registered a connection for is not
+the message at the door (well formed, its strings UTF-8, within the size
+limits) and hands it to the L{Receiver} (the broker), or tells the broker
+what was wrong with it. A session the broker has not registered a connection for is not
 kept, so a peer that never opens costs nothing. An L{MlmSession} answers
 and delivers through an output function (the socket's send, or a recorder
 in tests), in the dialect its CONNECTION_OPEN asked for
@@ -16,8 +17,11 @@ Tests: ``tests/test_transport_sessions.py``.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.limits import Limits
@@ -27,9 +31,11 @@ from malamute_pack.broker.store import StreamRecord
 from malamute_pack.protocol import mlm
 from malamute_pack.transport.dialects import MlmDialect, MlmVersion1, MlmVersion2
 
-# Sends one message (its frames after the routing id) to a routing id.
-Output = Callable[[bytes, Sequence[bytes]], object]
+# Sends one message (its frames after the routing id) to a routing id;
+# False if the peer's queue is full (or the peer is gone): not sent.
+Output = Callable[[bytes, Sequence[bytes]], bool]
 
+decode_checked = mlm.decode_checked
 _OK: Final = mlm.encode(mlm.Ok())
 _PONG: Final = mlm.encode(mlm.ConnectionPong())
 
@@ -43,7 +49,7 @@ class MlmSession:
         then: what a stranger is answered in does not depend on it).
     """
 
-    __slots__ = ("_opening", "_output", "_table", "dialect", "route")
+    __slots__ = ("_backlog", "_opening", "_output", "_table", "dialect", "route")
 
     def __init__(
         self, route: bytes, dialect: MlmDialect, output: Output, table: MlmSessions
@@ -53,13 +59,44 @@ class MlmSession:
         self._output = output
         self._table = table
         self._opening: MlmDialect | None = None
+        # Answers its queue had no room for, oldest first: sent before
+        # anything else, never dropped (see MlmSessions.flush).
+        self._backlog: deque[Sequence[bytes]] | None = None
 
     def __repr__(self) -> str:
         return f"<MLM session {self.route.hex()} {self.dialect!r}>"
 
     def _send(self, frames: Sequence[bytes] | None) -> None:
         if frames is not None:
-            self._output(self.route, frames)
+            self._reply(frames)
+
+    def _reply(self, frames: Sequence[bytes]) -> None:
+        """
+        Send an answer (OK, ERROR, STORED...), which must not be lost: if
+        the peer's queue is full it waits in the backlog, in order.
+        """
+        if self._backlog is None:
+            if self._output(self.route, frames):
+                return
+            self._backlog = deque()
+            self._table.backlogged(self)
+        self._backlog.append(frames)
+        if len(self._backlog) > self._table.max_backlog:
+            self._backlog = None
+            self._table.give_up(self)
+
+    def flush(self) -> bool:
+        """Send what the backlog holds while the peer takes it; whether it is empty now."""
+        backlog = self._backlog
+        if backlog is None:
+            return True
+        output, route = self._output, self.route
+        while backlog:
+            if not output(route, backlog[0]):
+                return False
+            backlog.popleft()
+        self._backlog = None
+        return True
 
     # Policy
 
@@ -86,23 +123,28 @@ class MlmSession:
     # Answers and deliveries
 
     def ok(self) -> None:
-        self._output(self.route, _OK)
+        self._reply(_OK)
 
     def error(self, code: int, reason: str) -> None:
-        self._output(self.route, mlm.encode(mlm.Error(code, mlm.fit_string(reason))))
+        self._reply(mlm.encode(mlm.Error(code, mlm.fit_string(reason))))
 
     def pong(self) -> None:
-        self._output(self.route, _PONG)
+        self._reply(_PONG)
 
-    def deliver_stream(self, record: StreamRecord) -> None:
+    # A delivery never overtakes an answer still in the backlog.
+
+    def deliver_stream(self, record: StreamRecord) -> bool:
+        if self._backlog is not None and not self.flush():
+            return False
         dialect = self.dialect
         if record is dialect.last_record:  # the rest of a fan-out: no call
-            self._output(self.route, dialect.last_frames)
-        else:
-            self._output(self.route, dialect.stream_frames(record))
+            return self._output(self.route, dialect.last_frames)
+        return self._output(self.route, dialect.stream_frames(record))
 
-    def deliver_letter(self, letter: Letter) -> None:
-        self._output(self.route, self.dialect.letter_frames(letter))
+    def deliver_letter(self, letter: Letter) -> bool:
+        if self._backlog is not None and not self.flush():
+            return False
+        return self._output(self.route, self.dialect.letter_frames(letter))
 
     def gap(self, stream: str, missed: int, available: int) -> None:
         self._send(self.dialect.gap_frames(stream, missed, available))
@@ -111,7 +153,7 @@ class MlmSession:
         self._send(self.dialect.stored_frames(receipt))
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
-        self._output(self.route, mlm.encode(mlm.Confirm(tracker, code, mlm.fit_string(reason))))
+        self._reply(mlm.encode(mlm.Confirm(tracker, code, mlm.fit_string(reason))))
 
 
 class MlmSessions:
@@ -121,11 +163,33 @@ class MlmSessions:
 
     @ivar received: messages received.
     @ivar malformed: messages that did not decode.
+    @ivar invalid: messages with a string that is not valid UTF-8.
+    @ivar max_backlog: answers a session may have waiting for room in its
+        queue (besides the queue's own C{send_queue}) before it is given up:
+        as many as the queue holds.
+    @ivar given_up: sessions given up for not reading their answers.
     """
 
-    def __init__(self, receiver: Receiver, output: Output, limits: Limits) -> None:
+    def __init__(
+        self,
+        receiver: Receiver,
+        output: Output,
+        limits: Limits,
+        clock: IReactorTime | None = None,
+        retry: float = 0.05,
+    ) -> None:
+        """
+        @param clock: retries sending the sessions' backlogs every C{retry}
+            seconds while there are any (without it, only L{flush} does).
+        """
         self._receiver = receiver
         self._output = output
+        self._clock = clock
+        self._retry = retry
+        self._retrying: IDelayedCall | None = None
+        self._backlogged: set[MlmSession] = set()
+        self.max_backlog = limits.send_queue
+        self.given_up = 0
         self._max_frames = limits.max_frames
         self._max_bytes = limits.max_message_bytes
         self._sessions: dict[bytes, MlmSession] = {}
@@ -135,6 +199,7 @@ class MlmSessions:
         self._version2 = MlmVersion2()
         self.received = 0
         self.malformed = 0
+        self.invalid = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -146,10 +211,48 @@ class MlmSessions:
             session = MlmSession(route, self._version1, self._output, self)
         return session
 
+    def backlogged(self, session: MlmSession) -> None:
+        """C{session}'s answers wait for room: retry them until they are sent."""
+        self._backlogged.add(session)
+        if self._clock is not None and self._retrying is None:
+            self._retrying = self._clock.callLater(self._retry, self._retry_backlogs)
+
+    def _retry_backlogs(self) -> None:
+        self._retrying = None
+        if not self.flush():
+            self.backlogged(next(iter(self._backlogged)))
+
+    def flush(self) -> bool:
+        """Send what the sessions' backlogs hold while there is room; whether all are empty."""
+        for session in [s for s in self._backlogged if s.flush()]:
+            self._backlogged.discard(session)
+        return not self._backlogged
+
+    def give_up(self, session: MlmSession) -> None:
+        """
+        C{session} does not read even the answers to its own commands: the
+        broker ends its connection rather than hold more for it.
+        """
+        self._backlogged.discard(session)
+        self.given_up += 1
+        reason = f"it does not read its answers ({self.max_backlog} waiting)"
+        if self._clock is None:
+            self._receiver.unresponsive(session, reason)
+        else:
+            # Not in the middle of the broker's handling of an event.
+            self._clock.callLater(0, self._receiver.unresponsive, session, reason)
+
+    def stop(self) -> None:
+        """Stop retrying (the socket is closing)."""
+        if self._retrying is not None and self._retrying.active():
+            self._retrying.cancel()
+        self._retrying = None
+
     def keep(self, session: MlmSession) -> None:
         self._sessions[session.route] = session
 
     def drop(self, session: MlmSession) -> None:
+        self._backlogged.discard(session)
         if self._sessions.get(session.route) is session:
             del self._sessions[session.route]
 
@@ -158,7 +261,13 @@ class MlmSessions:
         self.received += 1
         session = self._sessions.get(route) or self.session(route)
         try:
-            message = mlm.decode(frames)
+            message = decode_checked(frames)
+        except mlm.InvalidText as e:
+            # Well formed, but a name the broker must not take: refused as the
+            # protocol answers that message, the session stays open.
+            self.invalid += 1
+            self._receiver.rejected(session, e.message, str(e))
+            return
         except mlm.MalformedMessage as e:
             self.malformed += 1
             self._receiver.malformed(session, str(e))
@@ -170,6 +279,6 @@ class MlmSessions:
                 f"message too large: the limits are {self._max_frames} frames"
                 f" and {self._max_bytes} bytes"
             )
-            self._receiver.oversized(session, message, reason)
+            self._receiver.rejected(session, message, reason)
             return
         self._receiver.receive(session, message)

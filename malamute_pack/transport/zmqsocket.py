@@ -75,6 +75,7 @@ class ZmqSocket:
         self._recheckScheduled = False
         self._reading = False
         self._closed = False
+        self._paused = False
         self.dropped = 0
 
     # IReadDescriptor
@@ -90,7 +91,7 @@ class ZmqSocket:
 
     def doRead(self) -> None:
         """Drain up to C{batchesPerTurn} batches; come back soon if more wait."""
-        if self._closed:
+        if self._closed or self._paused:
             return
         self._reading = True
         sock = self.socket
@@ -106,7 +107,7 @@ class ZmqSocket:
                     pass
                 if batch:
                     self._onBatch(batch)
-                if self._closed:
+                if self._closed or self._paused:
                     return
             # Still input after a full turn: the edge will not fire again.
             self._scheduleRecheck()
@@ -163,6 +164,25 @@ class ZmqSocket:
         """Register with the reactor and read anything already waiting."""
         self._reactor.addReader(self)
         self._scheduleRecheck()
+
+    @property
+    def paused(self) -> bool:
+        """Whether reading is paused (L{pauseReading})."""
+        return self._paused
+
+    def pauseReading(self) -> None:
+        """
+        Read nothing until L{resumeReading}: what peers send waits in
+        ZeroMQ's queues, and once those are full, in theirs (backpressure).
+        Sending goes on.
+        """
+        self._paused = True
+
+    def resumeReading(self) -> None:
+        """Read again, starting with whatever waited."""
+        if self._paused:
+            self._paused = False
+            self._scheduleRecheck()
 
     def close(self, linger: int = 0) -> None:
         """Leave the reactor and close the socket."""

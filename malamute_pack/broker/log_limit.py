@@ -1,0 +1,44 @@
+"""
+Rate-limited logging of what clients do wrong: a flood of malformed input
+or refused commands is counted in full but logged at most a few lines a
+second per kind, with the number not logged said when logging resumes, so
+an attacker cannot fill the disk or drown the log.
+
+Tests: ``tests/test_broker_log_limit.py``.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+
+class LogLimit:
+    """
+    At most C{per_second} lines a second for each kind of event.
+
+    @ivar suppressed: lines not logged, by kind, since the last one logged.
+    """
+
+    def __init__(self, clock: IReactorTime, log: Logger, per_second: int = 10) -> None:
+        self._clock = clock
+        self._log = log
+        self._per_second = per_second
+        self._window: dict[str, tuple[int, int]] = {}  # kind: (second, lines logged in it)
+        self.suppressed: dict[str, int] = {}
+
+    def info(self, kind: str, format: str, /, **fields: object) -> None:
+        """Log C{format} at info level unless C{kind} has had its lines this second."""
+        second = int(self._clock.seconds())
+        window, count = self._window.get(kind, (second, 0))
+        if window != second:
+            window, count = second, 0
+        if count >= self._per_second:
+            self.suppressed[kind] = self.suppressed.get(kind, 0) + 1
+            self._window[kind] = (window, count)
+            return
+        self._window[kind] = (window, count + 1)
+        missed = self.suppressed.pop(kind, 0)
+        if missed:
+            self._log.info("{missed} more {kind} events were not logged", missed=missed, kind=kind)
+        self._log.info(format, **fields)

@@ -1,0 +1,185 @@
+"""
+One broker per data directory: an exclusive lock on ``<data-dir>/lock``,
+taken when the broker starts (before its journal opens, with or without a
+journal) and held for its whole life.
+
+The lock is ``flock(2)`` on the open lock file, so the kernel releases it
+whenever the process ends, ``kill -9`` and crashes included: a stale lock
+file never stops a broker, and the file is never deleted (deleting it would
+let two processes lock two different files of the same name). Once it holds
+the lock, the broker writes into the file who it is (pid, host, when it
+started), so that a second broker refused the lock can name the first.
+
+Tests: ``tests/test_datadir.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from twisted.application.service import Service
+from twisted.logger import Logger
+
+LOCK_NAME: Final = "lock"
+_MAX_HOLDER_BYTES: Final = 4096
+
+_log = Logger()
+
+
+class DataDirError(Exception):
+    """A broker cannot use a data directory; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a data directory's lock, as it wrote into the lock file."""
+
+    pid: int
+    host: str
+    started: str
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"pid": self.pid, "host": self.host, "started": self.started}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Holder | None:
+        """The holder ``data`` names, or None if it names none (empty, garbled)."""
+        try:
+            fields = json.loads(data)
+            return cls(int(fields["pid"]), str(fields["host"]), str(fields["started"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    @classmethod
+    def this_process(cls) -> Holder:
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        return cls(os.getpid(), socket.gethostname(), started)
+
+    def __str__(self) -> str:
+        return f"process {self.pid} on {self.host}, started {self.started}"
+
+
+class DataDirLock:
+    """The lock of the data directory ``directory`` (made if missing)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory).absolute()
+        self.path = self.directory / LOCK_NAME
+        self._fd: int | None = None
+
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self) -> Holder:
+        """
+        Take the lock without waiting and record this process in the lock
+        file; the holder recorded.
+
+        @raise DataDirError: another process holds it (the message names
+            that process), or the lock file cannot be opened or locked.
+        """
+        if self._fd is not None:
+            raise DataDirError(f"{self.path} is already locked by this broker")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise DataDirError(
+                f"data directory {self.directory}: cannot open its lock file {self.path}: {e}"
+            ) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _read_holder(fd)
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise DataDirError(
+                    f"data directory {self.directory}: cannot lock {self.path}: {e}"
+                ) from e
+            who = str(holder) if holder is not None else "a process that has not said which"
+            raise DataDirError(
+                f"data directory {self.directory} is in use by another broker: {who} "
+                f"holds its lock {self.path}. Stop that broker first, or give this one "
+                f"another --data-dir."
+            ) from None
+        holder = Holder.this_process()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.to_bytes() + b"\n", 0)
+        except OSError as e:
+            os.close(fd)  # closing releases the lock
+            raise DataDirError(
+                f"data directory {self.directory}: cannot write its lock file {self.path}: {e}"
+            ) from e
+        self._fd = fd
+        return holder
+
+    def holder(self) -> Holder | None:
+        """Who the lock file says holds the lock (whether or not anyone does)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return _read_holder(fd)
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        """Give the lock up (a no-op if this object does not hold it)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            # Still locked: nobody can read a holder that is gone.
+            os.ftruncate(fd, 0)
+        except OSError as e:
+            _log.warn("could not clear {path}: {error}", path=str(self.path), error=e)
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _read_holder(fd: int) -> Holder | None:
+    try:
+        return Holder.from_bytes(os.pread(fd, _MAX_HOLDER_BYTES, 0))
+    except OSError:
+        return None
+
+
+class DataDirService(Service):
+    """
+    Holds the data directory's lock while it runs: started first and
+    stopped last, so nothing else of the broker touches the directory
+    without it. A refused lock is logged and raised, which makes C{twistd}
+    exit with a non-zero status.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.lock = DataDirLock(directory)
+
+    def startService(self) -> None:
+        try:
+            holder = self.lock.acquire()
+        except DataDirError as e:
+            _log.critical("{error}", error=e)
+            raise
+        _log.info(
+            "data directory {directory} locked by {holder}",
+            directory=str(self.lock.directory),
+            holder=str(holder),
+        )
+        super().startService()  # type: ignore[no-untyped-call]
+
+    def stopService(self) -> None:
+        super().stopService()  # type: ignore[no-untyped-call]
+        self.lock.release()
