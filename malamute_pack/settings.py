@@ -5,12 +5,17 @@ by command-line options.
 
 Keys of the C broker that are honoured:
 ``server/timeout`` (ms), ``server/auth/plain`` (password file),
-``mlm_server/security/mechanism`` (``null`` or ``plain``),
+``mlm_server/security/mechanism`` (``null``, ``plain`` or ``curve``: the
+security of endpoints without a ``null:``, ``plain:`` or ``curve:`` prefix),
 ``mlm_server/bind/endpoint`` (repeatable),
 ``mlm_server/mailbox/size-limit`` and ``mlm_server/service/queue/size-limit``
 (bytes, or ``max``). Our own: ``malamute/data-dir``,
 ``malamute/match-cache``, ``malamute/limits/<name>`` for each field of
-L{Limits} with dashes (``malamute/limits/max-clients = 500``), and the
+L{Limits} with dashes (``malamute/limits/max-clients = 500``), the
+security's (``docs/security.md``): ``server/auth/curve/secret`` (the
+broker's secret certificate), ``server/auth/curve/clients`` (the clients'
+certificates: a directory or a file), ``server/auth/acl`` (the
+access-control file), and the
 journal's: ``malamute/journal/enabled`` (1 or 0),
 ``malamute/journal/commit-interval`` (ms), ``malamute/journal/commit-batch``,
 ``malamute/journal/stream-synchronous`` and ``.../queue-synchronous``
@@ -34,6 +39,7 @@ from malamute_pack.journal import JournalConfig, RetentionPolicy
 
 DEFAULT_ENDPOINT = "ipc://@/malamute"
 DEFAULT_DATA_DIR = Path("malamute-data")
+MECHANISMS = ("null", "plain", "curve")
 
 
 class SettingsError(ValueError):
@@ -46,6 +52,9 @@ class Settings:
     timeout_ms: int = 10_000
     mechanism: str = "null"
     passwords: Path | None = None
+    curve_secret: Path | None = None
+    curve_clients: Path | None = None
+    access_file: Path | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     match_cache: int = 10_000
     limits: Limits = field(default_factory=Limits)
@@ -55,6 +64,21 @@ class Settings:
     @property
     def journal_path(self) -> Path:
         return self.data_dir / "journal.sqlite"
+
+    def endpoints_by_mechanism(self) -> dict[str, list[str]]:
+        """
+        The endpoints to bind, by the security each requires: its prefix
+        (C{curve:tcp://*:9999}) or else the default C{mechanism}; in the
+        order the first of each appears.
+        """
+        groups: dict[str, list[str]] = {}
+        for endpoint in self.endpoints:
+            mechanism, sep, rest = endpoint.partition(":")
+            if sep and mechanism in MECHANISMS and "://" in rest:
+                groups.setdefault(mechanism, []).append(rest)
+            else:
+                groups.setdefault(self.mechanism, []).append(endpoint)
+        return groups
 
 
 def _int(key: str, value: str, allow_max: bool = False) -> int | None:
@@ -84,6 +108,12 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
         changes["passwords"] = Path(value)
     if (value := last("mlm_server/security/mechanism")) is not None:
         changes["mechanism"] = value.lower()
+    if (value := last("server/auth/curve/secret")) is not None:
+        changes["curve_secret"] = Path(value)
+    if (value := last("server/auth/curve/clients")) is not None:
+        changes["curve_clients"] = Path(value)
+    if (value := last("server/auth/acl")) is not None:
+        changes["access_file"] = Path(value)
     if config.get("mlm_server/bind/endpoint"):
         changes["endpoints"] = tuple(config["mlm_server/bind/endpoint"])
     for key, name in (
@@ -169,12 +199,21 @@ def _journal_config(config: dict[str, list[str]], base: JournalConfig) -> Journa
 
 def check(settings: Settings) -> Settings:
     """C{settings} if they are consistent, else L{SettingsError} saying why."""
-    if settings.mechanism not in ("null", "plain"):
+    if settings.mechanism not in MECHANISMS:
         raise SettingsError(
-            f"security mechanism {settings.mechanism!r} is not supported (null or plain)"
+            f"security mechanism {settings.mechanism!r} is not supported (null, plain or curve)"
         )
-    if settings.mechanism == "plain" and settings.passwords is None:
+    used = settings.endpoints_by_mechanism()
+    if "plain" in used and settings.passwords is None:
         raise SettingsError("PLAIN security needs a password file (server/auth/plain)")
+    if "curve" in used and settings.curve_clients is None:
+        raise SettingsError(
+            "CURVE security needs the clients' keys (server/auth/curve/clients); the broker's"
+            " own secret certificate (server/auth/curve/secret) is made in the data directory"
+            " when not given"
+        )
+    if settings.access_file is not None and set(used) == {"null"}:
+        raise SettingsError("an access file needs authentication (PLAIN or CURVE endpoints)")
     if settings.timeout_ms < 1:
         raise SettingsError("the client timeout must be at least 1 ms")
     if not settings.endpoints:

@@ -3,14 +3,19 @@
 
 The service is a L{MultiService} of, in start order: the data directory's
 lock (L{malamute_pack.datadir}: one broker per data directory, journal or
-not), the ZAP handler (when PLAIN is on), the journal (unless
-``--no-journal``; it checks its identity against the data directory's
-marker, opens and hands the letters it recovered to the broker), the
-broker model (L{BrokerService}: its timers) and the ROUTER socket whose
-sessions feed the model, behind a read gate the journal's backlog closes
-(L{malamute_pack.transport.gate}). They stop
-in the reverse order. Everything but the journal's writer and reader
-threads runs in the reactor thread.
+not), the ZAP handler (when an endpoint requires PLAIN or CURVE), the
+journal (unless ``--no-journal``; it checks its identity against the data
+directory's marker, opens and hands the letters it recovered to the
+broker), the broker model (L{BrokerService}: its timers), when clients
+authenticate the owners of addresses (L{malamute_pack.journal.owners}) and
+the security files (L{malamute_pack.transport.security}: passwords, CURVE
+client keys and the access-control file, reloaded on SIGHUP), and one
+ROUTER socket per security mechanism the endpoints require, whose
+sessions feed the model,
+behind a read gate the journal's backlog closes
+(L{malamute_pack.transport.gate}). They stop in the reverse order.
+Everything but the journal's writer and reader threads runs in the reactor
+thread.
 
 Tests: ``tests/test_tap.py``.
 """
@@ -23,17 +28,24 @@ from pathlib import Path
 import zmq
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
+from twisted.logger import Logger
 from twisted.python import usage
 
 from malamute_pack import settings as _settings
+from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.datadir import DataDirService
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
+from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
+from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
 from malamute_pack.transport.gate import ReadGate
 from malamute_pack.transport.router import RouterService
-from malamute_pack.transport.zap import PasswordFileError, ZapHandler, load_passwords
+from malamute_pack.transport.security import SecurityFileError, SecurityService
+from malamute_pack.transport.zap import ZapHandler
 from malamute_pack.zpl import ZplError, load_zpl
+
+_log = Logger()
 
 
 class Options(usage.Options):
@@ -49,6 +61,26 @@ class Options(usage.Options):
         ["timeout", "t", None, "Expire clients silent this long, in ms (default 10000).", int],
         ["data-dir", "d", None, "Directory for the broker's data (default ./malamute-data)."],
         ["passwords", "p", None, "Password file (user = password lines): require PLAIN."],
+        [
+            "curve",
+            None,
+            None,
+            "Require CURVE; the clients' keys are the certificates in this directory (the "
+            "broker's own key pair is made in DATA-DIR/curve on its first start).",
+        ],
+        [
+            "curve-secret",
+            None,
+            None,
+            "The broker's CURVE secret certificate, instead of DATA-DIR/curve's: require CURVE.",
+        ],
+        [
+            "curve-clients",
+            None,
+            None,
+            "CURVE clients' keys: a directory of certificates or a file.",
+        ],
+        ["acl", None, None, "Access-control file (docs/security.md); reloaded on SIGHUP."],
     ]
     optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
         ["no-journal", None, "Keep nothing on disk: no stream replay, no durable mail."],
@@ -59,7 +91,10 @@ class Options(usage.Options):
         self["endpoints"] = []
 
     def opt_endpoint(self, endpoint: str) -> None:
-        """Bind this ZeroMQ endpoint (repeatable; default ipc://@/malamute)."""
+        """
+        Bind this ZeroMQ endpoint (repeatable; default ipc://@/malamute); a
+        null:, plain: or curve: prefix sets the security it requires.
+        """
         self["endpoints"].append(endpoint)
 
     opt_e = opt_endpoint
@@ -85,6 +120,18 @@ class Options(usage.Options):
             result = dataclasses.replace(
                 result, passwords=Path(self["passwords"]), mechanism="plain"
             )
+        if self["curve-secret"]:
+            result = dataclasses.replace(
+                result, curve_secret=Path(self["curve-secret"]), mechanism="curve"
+            )
+        if self["curve"]:
+            result = dataclasses.replace(
+                result, curve_clients=Path(self["curve"]), mechanism="curve"
+            )
+        if self["curve-clients"]:
+            result = dataclasses.replace(result, curve_clients=Path(self["curve-clients"]))
+        if self["acl"]:
+            result = dataclasses.replace(result, access_file=Path(self["acl"]))
         if self["no-journal"]:
             result = dataclasses.replace(result, journal=False)
         return _settings.check(result)
@@ -123,14 +170,12 @@ def makeBrokerService(
     lock = DataDirService(settings.data_dir)
     lock.setName("data-dir")
     lock.setServiceParent(top)
-    plain = settings.mechanism == "plain"
-    if plain:
-        assert settings.passwords is not None
-        try:
-            passwords = load_passwords(settings.passwords)
-        except PasswordFileError as e:
-            raise usage.UsageError(str(e)) from e
-        zap = ZapHandler(reactor, context, passwords)
+    groups = settings.endpoints_by_mechanism()
+    secured = set(groups) - {"null"}
+    zap: ZapHandler | None = None
+    if secured:
+        # Its passwords and keys come from the security service, below.
+        zap = ZapHandler(reactor, context, {}, allow_null="null" in groups)
         zap.setName("zap")
         zap.setServiceParent(top)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -162,19 +207,69 @@ def makeBrokerService(
     model = BrokerService(broker)
     model.setName("broker")
     model.setServiceParent(top)
-    router = RouterService(
-        reactor, context, broker, settings.limits, settings.endpoints, plain=plain
-    )
-    router.setName("router")
-    router.setServiceParent(top)
+    if secured:
+        _secure(broker, zap, settings, journal, reactor, top)
+    routers: list[RouterService] = []
+    for mechanism, endpoints in groups.items():
+        try:
+            secret = _curve_secret(settings) if mechanism == "curve" else None
+        except CurveError as e:
+            raise usage.UsageError(str(e)) from e
+        router = RouterService(
+            reactor, context, broker, settings.limits, endpoints, mechanism, secret
+        )
+        # The first is "router"; one more socket per other security.
+        router.setName("router" if not routers else f"router-{mechanism}")
+        router.setServiceParent(top)
+        routers.append(router)
     if journal is not None:
         # A journal that falls behind stops the broker reading from its
         # clients (their sends wait in ZeroMQ and TCP) until it catches up.
         gate = ReadGate(clock)
-        gate.add(router)
+        for router in routers:
+            gate.add(router)
         gate.watch(broker.listening)
         journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
     return top
+
+
+def _secure(
+    broker: Broker,
+    zap: ZapHandler | None,
+    settings: _settings.Settings,
+    journal: Journal | None,
+    reactor: IReactorFDSet,
+    top: MultiService,
+) -> None:
+    """
+    Access control for a broker whose clients authenticate: the owners of
+    addresses (kept in the journal, if there is one), and the security
+    files, loaded now and on SIGHUP.
+    """
+    clock: IReactorTime = reactor  # type: ignore[assignment]
+    access = AccessControl(clock)
+    broker.access = access
+    if journal is not None:
+        owners = OwnerJournal(journal.path, clock)
+        access.owners.store = owners
+        keeper = OwnerJournalService(owners, access.owners.load)
+        keeper.setName("owners")
+        keeper.setServiceParent(top)  # after the journal, which makes its table
+    try:
+        security = SecurityService(reactor, settings, zap, access)  # type: ignore[arg-type]
+    except SecurityFileError as e:
+        raise usage.UsageError(str(e)) from e
+    security.setName("security")
+    security.setServiceParent(top)
+
+
+def _curve_secret(settings: _settings.Settings) -> bytes:
+    """The broker's CURVE secret key: the configured one, or its data directory's."""
+    if settings.curve_secret is not None:
+        return load_server_secret(settings.curve_secret)
+    secret, public = server_secret(settings.data_dir)
+    _log.info("CURVE: the broker's public certificate is {path}", path=str(public))
+    return secret
 
 
 def _restore(broker: Broker, found: Recovered) -> None:

@@ -70,12 +70,22 @@ class Peer:
         context: zmq.Context[zmq.Socket[bytes]],
         endpoint: str,
         plain: tuple[str, str] | None = None,
+        curve: tuple[bytes, bytes, bytes] | None = None,
     ) -> None:
+        """
+        @param plain: PLAIN user and password.
+        @param curve: CURVE keys (Z85): the broker's public key, then the
+            peer's public and secret keys.
+        """
         raw = context.socket(zmq.DEALER)
         raw.setsockopt(zmq.LINGER, 0)
         if plain is not None:
             raw.setsockopt_string(zmq.PLAIN_USERNAME, plain[0])
             raw.setsockopt_string(zmq.PLAIN_PASSWORD, plain[1])
+        if curve is not None:
+            raw.setsockopt(zmq.CURVE_SERVERKEY, curve[0])
+            raw.setsockopt(zmq.CURVE_PUBLICKEY, curve[1])
+            raw.setsockopt(zmq.CURVE_SECRETKEY, curve[2])
         raw.connect(endpoint)
         self.socket = ZmqSocket(the_reactor(), raw, self._batch)
         self.socket.startReading()

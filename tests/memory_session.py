@@ -43,6 +43,7 @@ class InMemorySession:
     @ivar receipts: the receipts settled for its letters.
     @ivar attachments: +1 per attached(), -1 per detached(), in order.
     @ivar full: while True, deliveries are refused (the party does not drain).
+    @ivar user: the user it authenticated as (None: not authenticated).
     """
 
     name: str
@@ -54,6 +55,7 @@ class InMemorySession:
     receipts: list[Receipt] = field(default_factory=list)
     attachments: list[int] = field(default_factory=list)
     full: bool = False
+    user: str | None = None
 
     def __repr__(self) -> str:
         return f"<in-memory session {self.name}>"

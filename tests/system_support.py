@@ -19,9 +19,28 @@ from malamute_pack.protocol import mlm
 class Peer:
     """A raw DEALER connected to the broker: encoded sends, decoded receives."""
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> None:
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        endpoint: str,
+        *,
+        plain: tuple[str, str] | None = None,
+        curve: tuple[bytes, bytes, bytes] | None = None,
+    ) -> None:
+        """
+        @param plain: PLAIN user and password.
+        @param curve: CURVE keys (Z85): the server's public key, then the
+            peer's public and secret keys.
+        """
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        if plain is not None:
+            self.socket.setsockopt_string(zmq.PLAIN_USERNAME, plain[0])
+            self.socket.setsockopt_string(zmq.PLAIN_PASSWORD, plain[1])
+        if curve is not None:
+            self.socket.setsockopt(zmq.CURVE_SERVERKEY, curve[0])
+            self.socket.setsockopt(zmq.CURVE_PUBLICKEY, curve[1])
+            self.socket.setsockopt(zmq.CURVE_SECRETKEY, curve[2])
         # Room for everything a load run pipelines while the broker is down.
         self.socket.setsockopt(zmq.SNDHWM, 100_000)
         self.socket.setsockopt(zmq.RCVHWM, 100_000)

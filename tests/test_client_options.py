@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.client.options import ClientOptions, OptionOverrides, resolve_options
+from malamute_pack.client.options import (
+    ClientOptions,
+    CurveKeys,
+    OptionOverrides,
+    resolve_options,
+)
 from malamute_pack.protocol import mlm
 
 
@@ -71,3 +77,16 @@ class ResolveTests(SynchronousTestCase):
         """The keyword overrides and the options' fields cannot drift apart."""
         fields = {field.name for field in dataclasses.fields(ClientOptions)}
         self.assertEqual(set(OptionOverrides.__annotations__) | {"address"}, fields)
+
+    def test_curveKeys(self) -> None:
+        """
+        CURVE keys are three 40-character Z85 keys; a short one, or CURVE
+        together with PLAIN, is refused.
+        """
+        public, secret = zmq.curve_keypair()
+        keys = CurveKeys(public.decode(), public.decode(), secret.decode())
+        self.assertEqual(ClientOptions(curve=keys).curve, keys)
+        with self.assertRaises(ValueError) as ctx:
+            ClientOptions(curve=keys._replace(secret="short"))
+        self.assertIn("secret", str(ctx.exception))
+        self.assertRaises(ValueError, ClientOptions, curve=keys, plain=("u", "p"))

@@ -106,7 +106,9 @@ class OptionsTests(SynchronousTestCase):
         """Inconsistent or unknown settings are usage errors that say why."""
         config = Path(self.mktemp())
         for text, fragment in [
-            ("mlm_server\n    security\n        mechanism = curve\n", "not supported"),
+            ("mlm_server\n    security\n        mechanism = gssapi\n", "not supported"),
+            ("mlm_server\n    security\n        mechanism = curve\n", "secret certificate"),
+            ("server\n    auth\n        acl = acl\n", "needs authentication"),
             ("mlm_server\n    security\n        mechanism = plain\n", "password file"),
             ("malamute\n    limits\n        max-bogus = 1\n", "unknown limit"),
             ("server\n    timeout = soon\n", "not a whole number"),
@@ -116,6 +118,48 @@ class OptionsTests(SynchronousTestCase):
             with self.assertRaises(usage.UsageError) as ctx:
                 parse("--config", str(config))
             self.assertIn(fragment, str(ctx.exception))
+
+    def test_endpointsBySecurity(self) -> None:
+        """
+        An endpoint's null:, plain: or curve: prefix sets the security it
+        requires; the others take the default (curve once --curve-secret is
+        given); the security files' options and config keys are read.
+        """
+        clients = Path(self.mktemp())
+        settings = parse(
+            "--curve-secret",
+            "server.key_secret",
+            "--curve-clients",
+            str(clients),
+            "--acl",
+            "acl",
+            "-e",
+            "tcp://*:9999",
+            "-e",
+            "null:ipc://@/local",
+            "-e",
+            "curve:tcp://*:9998",
+        )
+        self.assertEqual(
+            settings.endpoints_by_mechanism(),
+            {"curve": ["tcp://*:9999", "tcp://*:9998"], "null": ["ipc://@/local"]},
+        )
+        self.assertEqual(settings.curve_clients, clients)
+        self.assertEqual(
+            (settings.curve_secret, settings.access_file), (Path("server.key_secret"), Path("acl"))
+        )
+        config = Path(self.mktemp())
+        config.write_text(
+            "server\n    auth\n        plain = pw\n        acl = rules\n"
+            "        curve\n            secret = s.key_secret\n            clients = c\n"
+            "mlm_server\n    security\n        mechanism = plain\n"
+        )
+        settings = parse("--config", str(config))
+        self.assertEqual(
+            (settings.passwords, settings.access_file, settings.curve_secret),
+            (Path("pw"), Path("rules"), Path("s.key_secret")),
+        )
+        self.assertEqual(settings.curve_clients, Path("c"))
 
     def test_missingConfig(self) -> None:
         """A config file that does not exist is a usage error."""

@@ -112,6 +112,7 @@ class BrokerProcess:
         profile: Path | None = None,
         log: Path | None = None,
         plain: tuple[str, str] | None = None,
+        curve: tuple[str, str, str] | None = None,
     ) -> None:
         """
         @param bind: the endpoint to bind: one with a C{*} port (such as
@@ -123,6 +124,9 @@ class BrokerProcess:
             a password file...).
         @param plain: the user and password of the readiness probe, for a
             broker that requires PLAIN.
+        @param curve: the keys of the readiness probe, for a broker that
+            requires CURVE: the broker's public key, the probe's public
+            and secret keys (Z85).
         """
         self.directory = directory.resolve()
         self._data_dir_given = data_dir is not None
@@ -133,6 +137,7 @@ class BrokerProcess:
         self.profile = profile
         self.log = log or self.directory / "broker.log"
         self.plain = plain
+        self.curve = curve
         self.process: subprocess.Popen[bytes] | None = None
         self._bind = bind or fresh_ipc_endpoint()
         self._endpoint: str | None = None
@@ -263,6 +268,10 @@ class BrokerProcess:
         if self.plain is not None:
             probe.setsockopt_string(zmq.PLAIN_USERNAME, self.plain[0])
             probe.setsockopt_string(zmq.PLAIN_PASSWORD, self.plain[1])
+        if self.curve is not None:
+            probe.setsockopt_string(zmq.CURVE_SERVERKEY, self.curve[0])
+            probe.setsockopt_string(zmq.CURVE_PUBLICKEY, self.curve[1])
+            probe.setsockopt_string(zmq.CURVE_SECRETKEY, self.curve[2])
         try:
             probe.connect(self.endpoint)
             while True:
@@ -316,6 +325,10 @@ class BrokerProcess:
         ):
             raise BrokerError(f"broker shut down but wrote no profile to {self.profile}")
         return code
+
+    def bound(self) -> list[str]:
+        """Every endpoint its latest run logged binding, in order (the first is L{endpoint})."""
+        return _BOUND.findall(self.run_log())
 
     def run_log(self) -> str:
         """What it logged since its latest start."""

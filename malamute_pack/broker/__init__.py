@@ -23,6 +23,9 @@ What each module holds:
   (what a letter's sender is owed, in send order).
 - C{store}: the L{Store} interface and its records, which the journal
   implements; C{limits}: every bound; C{errors}: L{Refused}.
+- C{access}: who may do what (the access-control file, address
+  ownership); C{stalled}: connections that do not drain, retried;
+  C{log_limit}: lines per second per kind of event clients can cause.
 
 How a message flows: a transport decodes frames and calls
 C{Broker.receive(session, message)}; the broker finds the session's

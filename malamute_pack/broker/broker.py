@@ -3,7 +3,9 @@ The broker: it receives decoded messages from sessions, runs the actions
 the state machine (L{malamute_pack.broker.machine}) names for them, and
 answers through the sessions. Streams (L{malamute_pack.broker.streams}) and
 mailboxes and services (L{malamute_pack.broker.post_office}) sit below it;
-the registry (L{malamute_pack.broker.registry}) says who is connected. Pure
+the registry (L{malamute_pack.broker.registry}) says who is connected; when
+clients authenticate, the access control (L{malamute_pack.broker.access})
+says what each session's user may do and who owns an address. Pure
 state: it never touches a socket, a frame or a file; journaling goes
 through a L{Store} (or nowhere, with no journal) and time comes from an
 injected clock.
@@ -22,6 +24,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from malamute_pack.broker.access import AccessControl, Right
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.letters import Kind
@@ -136,6 +139,9 @@ class Broker:
         }
         self._deaf = False
         self._log_limit = LogLimit(clock, _log)
+        # Who may do what, when clients authenticate (None: everyone may
+        # do everything, as in the C broker).
+        self.access: AccessControl | None = None
         self._sweeper = LoopingCall(self.expire_silent)
         self._sweeper.clock = clock
 
@@ -283,6 +289,8 @@ class Broker:
         previous = registry.get(session)
         if previous is None and len(registry) >= self.limits.max_clients:
             raise Refused(f"too many clients: the limit is {self.limits.max_clients}")
+        if self.access is not None:
+            self.access.open(session.user, address)
         if previous is not None:
             self._fire(previous, REPLACED)
         holder = registry.holder(address) if address else None
@@ -309,6 +317,8 @@ class Broker:
     def action_store_writer(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.StreamWrite)
         check_name("stream name", event.stream, self.limits.max_address)
+        if self.access is not None:
+            self.access.check(session.user, Right.WRITE, event.stream)
         self.streams.set_writer(self._connection(session), event.stream)
 
     def action_store_reader(self, session: Session, event: Event) -> None:
@@ -340,10 +350,14 @@ class Broker:
 
     def action_write_to_mailbox(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.MailboxSend)
+        if self.access is not None:
+            self.access.check(session.user, Right.SEND, event.address, log=False)
         self._post(Kind.MAILBOX, session, event)
 
     def action_write_to_service(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.ServiceSend)
+        if self.access is not None:
+            self.access.check(session.user, Right.CALL, event.address, log=False)
         self._post(Kind.SERVICE, session, event)
 
     def _post(self, kind: Kind, session: Session, message: LetterMessage) -> None:
@@ -356,6 +370,8 @@ class Broker:
         assert isinstance(event, mlm.ServiceOffer)
         connection = self._connection(session)
         check_name("service address", event.address, self.limits.max_address)
+        if self.access is not None:
+            self.access.check(session.user, Right.OFFER, event.address)
         self._check_subscriptions(connection)
         self.post.offer(connection, event.address, event.pattern)
 
@@ -382,6 +398,8 @@ class Broker:
 
     def _check_reading(self, connection: Connection, stream: str) -> None:
         check_name("stream name", stream, self.limits.max_address)
+        if self.access is not None:
+            self.access.check(connection.session.user, Right.READ, stream)
         self._check_subscriptions(connection)
 
     def _check_subscriptions(self, connection: Connection) -> None:

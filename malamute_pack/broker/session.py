@@ -41,7 +41,15 @@ class Hold(enum.Enum):
 
 
 class Session(Protocol):
-    """One connected party, as the broker model sees it."""
+    """
+    One connected party, as the broker model sees it.
+
+    @ivar user: the user its transport authenticated (PLAIN or CURVE), or
+        None when it did not authenticate (a NULL endpoint): what the
+        access policy and the ownership of addresses go by.
+    """
+
+    user: str | None
 
     # Policy (the session's dialect decides)
 

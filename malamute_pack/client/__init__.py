@@ -47,7 +47,7 @@ from malamute_pack.client.errors import (
 )
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.machine import ClientState
-from malamute_pack.client.options import ClientOptions
+from malamute_pack.client.options import ClientOptions, CurveKeys
 from malamute_pack.client.reactor_client import MalamuteClient
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "ClientOptions",
     "ClientState",
     "Confirmation",
+    "CurveKeys",
     "Delivery",
     "Gap",
     "MalamuteClient",

@@ -94,7 +94,9 @@ class BlockingClient(ClientFacade[None, int]):
         self._clock = _MonotonicClock()
         self._core = ClientCore(self._clock, self, resolved)
         self.on_gap = on_gap
-        self._socket = make_dealer(context or zmq.Context.instance(), endpoint, resolved.plain)
+        self._socket = make_dealer(
+            context or zmq.Context.instance(), endpoint, resolved.plain, resolved.curve
+        )
         # A full send queue blocks a script for at most the timeout, then drops.
         self._socket.setsockopt(zmq.SNDTIMEO, int(resolved.timeout * 1000))
         self._poller = zmq.Poller()

@@ -12,12 +12,42 @@ Tests: ``tests/test_client_options.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Final, TypedDict
+from pathlib import Path
+from typing import Final, NamedTuple, TypedDict
+
+import zmq.auth
 
 from malamute_pack.client.dedupe import ID_WINDOW
 from malamute_pack.protocol import mlm
 
 VERSIONS: Final = (1, 2)
+
+
+class CurveKeys(NamedTuple):
+    """
+    A CURVE client's keys, each 40 characters of Z85: the broker's public
+    key (its C{curve/server.key}) and the client's own key pair (made with
+    C{zmq.curve_keypair()}; the broker knows its public key).
+    """
+
+    server: str
+    public: str
+    secret: str
+
+    @classmethod
+    def load(cls, server_certificate: str | Path, secret_certificate: str | Path) -> CurveKeys:
+        """
+        The keys from certificate files (as C{zcert} or C{zmq.auth} write
+        them): the broker's public certificate and the client's secret one.
+
+        @raise ValueError: if a file has not the key it should.
+        @raise OSError: if a file cannot be read.
+        """
+        server, _ = zmq.auth.load_certificate(str(server_certificate))
+        public, secret = zmq.auth.load_certificate(str(secret_certificate))
+        if secret is None:
+            raise ValueError(f"{secret_certificate} has no secret key")
+        return cls(server.decode("ascii"), public.decode("ascii"), secret.decode("ascii"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +72,9 @@ class ClientOptions:
     @ivar dedupe_window: (version 2) how many record ids are remembered to
         drop redeliveries.
     @ivar plain: (user, password) for PLAIN security, or None.
+    @ivar curve: for CURVE security, the keys in Z85 text:
+        L{CurveKeys}(server public key, client public key, client secret
+        key), or None.
     """
 
     address: str = ""
@@ -53,6 +86,7 @@ class ClientOptions:
     auto_done: bool = True
     dedupe_window: int = ID_WINDOW
     plain: tuple[str, str] | None = None
+    curve: CurveKeys | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat < self.timeout:
@@ -66,6 +100,12 @@ class ClientOptions:
         if self.dedupe_window < 1:
             raise ValueError(f"dedupe_window must be at least 1, not {self.dedupe_window}")
         mlm.encode_string(self.address)  # refuse an address the wire cannot carry, now
+        if self.curve is not None:
+            bad = [name for name, key in self.curve._asdict().items() if len(key) != 40]
+            if bad:
+                raise ValueError(f"CURVE keys must be 40 characters of Z85: {', '.join(bad)}")
+        if self.curve is not None and self.plain is not None:
+            raise ValueError("choose PLAIN or CURVE, not both")
 
 
 class OptionOverrides(TypedDict, total=False):
@@ -82,6 +122,7 @@ class OptionOverrides(TypedDict, total=False):
     auto_done: bool
     dedupe_window: int
     plain: tuple[str, str] | None
+    curve: CurveKeys | None
 
 
 def resolve_options(

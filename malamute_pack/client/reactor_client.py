@@ -126,7 +126,9 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         """
         try:
             resolved = resolve_options(options, address, overrides)
-            socket = make_dealer(context or zmq.Context.instance(), endpoint, resolved.plain)
+            socket = make_dealer(
+                context or zmq.Context.instance(), endpoint, resolved.plain, resolved.curve
+            )
         except (ClientError, ValueError) as e:
             return defer.fail(e)
         client = cls(reactor, socket, resolved, on_delivery, on_gap)

@@ -22,6 +22,9 @@ Tables:
   when the journal was created, or when an older journal got this table)
   and that time; the data directory's marker
   (:mod:`malamute_pack.journal.identity`) records it too.
+- ``address_owners``: which authenticated user owns each address (the
+  first to open it, :class:`malamute_pack.broker.access.Owners`), written
+  and read by :mod:`malamute_pack.journal.owners`.
 
 Tests: ``tests/test_journal_schema.py``.
 """
@@ -99,7 +102,20 @@ def _add_identity(db: Database) -> None:
     )
 
 
-MIGRATIONS: Final[Sequence[Migration]] = (_create_initial_schema, _add_identity)
+def _add_address_owners(db: Database) -> None:
+    db.table("address_owners").create(
+        {"address": str, "user": str, "claimed": float},
+        pk="address",
+        not_null={"user", "claimed"},
+        strict=True,
+    )
+
+
+MIGRATIONS: Final[Sequence[Migration]] = (
+    _create_initial_schema,
+    _add_identity,
+    _add_address_owners,
+)
 
 
 def journal_identity(conn: sqlite3.Connection) -> tuple[str, float]:

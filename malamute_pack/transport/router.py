@@ -1,9 +1,13 @@
 """
-The broker's ROUTER socket as a Twisted service: binds every configured
-endpoint and feeds what arrives to the L{MlmSessions} of that socket, which
-decode it for the broker; the sessions answer through the same socket.
+A ROUTER socket of the broker as a Twisted service: binds its endpoints
+(all of one security mechanism: NULL, PLAIN or CURVE) and feeds what
+arrives to the L{MlmSessions} of that socket, which decode it for the
+broker; the sessions answer through the same socket. On a PLAIN or CURVE
+socket every message is read with the user ZAP gave its connection
+(L{ZmqSocket}'s C{identified} mode), so the sessions know their users and
+a routing id taken over by another user's connection is seen at once.
 
-Tests: ``tests/test_end_to_end.py``.
+Tests: ``tests/test_end_to_end.py``, ``tests/test_transport_security.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ class RouterService(Service):
     Binds a ROUTER socket on C{endpoints}; its peers are sessions of
     C{receiver} (the broker).
 
-    @ivar plain: require PLAIN authentication (a ZAP handler must run).
+    @ivar mechanism: the security its peers must pass: C{"null"} (none),
+        C{"plain"} or C{"curve"} (a ZAP handler must run for either; with
+        C{"curve"}, C{curve_secret} is the broker's secret key). Each
+        authenticated peer's session knows its user.
     @ivar bound: the endpoints bound, as ZeroMQ reports them (a C{*} port
         replaced by the real one), once started.
     @ivar sessions: the peers, once started.
@@ -44,14 +51,20 @@ class RouterService(Service):
         receiver: Receiver,
         limits: Limits,
         endpoints: Sequence[str],
-        plain: bool = False,
+        mechanism: str = "null",
+        curve_secret: bytes | None = None,
     ) -> None:
+        if mechanism not in ("null", "plain", "curve"):
+            raise ValueError(f"unknown security mechanism {mechanism!r}")
+        if (mechanism == "curve") != (curve_secret is not None):
+            raise ValueError("CURVE needs the broker's secret key, and only CURVE takes one")
         self._reactor = reactor
         self._context = context
         self._receiver = receiver
         self._limits = limits
         self.endpoints = list(endpoints)
-        self.plain = plain
+        self.mechanism = mechanism
+        self._curve_secret = curve_secret
         self.socket: ZmqSocket | None = None
         self.sessions: MlmSessions | None = None
         self.bound: list[str] = []
@@ -66,8 +79,13 @@ class RouterService(Service):
         raw.setsockopt(zmq.ROUTER_MANDATORY, 1)
         raw.setsockopt(zmq.SNDHWM, self._limits.send_queue)
         raw.setsockopt(zmq.RCVHWM, self._limits.receive_queue)
-        if self.plain:
+        if self.mechanism == "plain":
             raw.setsockopt(zmq.PLAIN_SERVER, 1)
+        elif self.mechanism == "curve":
+            assert self._curve_secret is not None
+            raw.setsockopt(zmq.CURVE_SERVER, 1)
+            raw.setsockopt(zmq.CURVE_SECRETKEY, self._curve_secret)
+        if self.mechanism != "null":
             raw.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         try:
             for endpoint in self.endpoints:
@@ -77,7 +95,13 @@ class RouterService(Service):
         except zmq.ZMQError:
             raw.close(linger=0)
             raise
-        self.socket = ZmqSocket(self._reactor, raw, self._received)
+        identified = self.mechanism != "null"
+        self.socket = ZmqSocket(
+            self._reactor,
+            raw,
+            self._received_identified if identified else self._received,
+            identified=identified,
+        )
         clock: IReactorTime = self._reactor  # type: ignore[assignment]
         self.sessions = MlmSessions(self._receiver, self.socket.send_to, self._limits, clock)
         self.socket.startReading()
@@ -97,6 +121,19 @@ class RouterService(Service):
                 # A bug met by one message must not cost the rest of the
                 # batch, nor the socket (the reactor drops a reader that raises).
                 _log.failure("handling a message from {route} failed", route=frames[0].hex())
+
+    def _received_identified(self, batch: Batch) -> None:
+        """As L{_received}, each message preceded by its connection's user."""
+        assert self.sessions is not None
+        receive = self.sessions.receive
+        for frames in batch:
+            if len(frames) < 3:
+                continue
+            try:
+                user = frames[0].decode("utf-8", "surrogateescape") or None
+                receive(frames[1], frames[2:], user)
+            except Exception:
+                _log.failure("handling a message from {route} failed", route=frames[1].hex())
 
     def pauseReading(self) -> None:
         """Read nothing from the peers until L{resumeReading} (backpressure)."""

@@ -10,9 +10,11 @@ what was wrong with it. A session the broker has not registered a connection for
 kept, so a peer that never opens costs nothing. An L{MlmSession} answers
 and delivers through an output function (the socket's send, or a recorder
 in tests), in the dialect its CONNECTION_OPEN asked for
-(L{malamute_pack.transport.dialects}).
+(L{malamute_pack.transport.dialects}). On an authenticated socket each
+session has the user of its connection; a message from a kept routing id
+with another user is a new party (the old session's connection ends).
 
-Tests: ``tests/test_transport_sessions.py``.
+Tests: ``tests/test_transport_sessions.py``, ``tests/test_broker_access.py``.
 """
 
 from __future__ import annotations
@@ -47,14 +49,22 @@ class MlmSession:
     @ivar route: its routing id.
     @ivar dialect: the protocol version it opened with (version 1 until
         then: what a stranger is answered in does not depend on it).
+    @ivar user: the user ZeroMQ's authentication (ZAP) gave its
+        connection, or None on an endpoint without authentication.
     """
 
-    __slots__ = ("_backlog", "_opening", "_output", "_table", "dialect", "route")
+    __slots__ = ("_backlog", "_opening", "_output", "_table", "dialect", "route", "user")
 
     def __init__(
-        self, route: bytes, dialect: MlmDialect, output: Output, table: MlmSessions
+        self,
+        route: bytes,
+        dialect: MlmDialect,
+        output: Output,
+        table: MlmSessions,
+        user: str | None = None,
     ) -> None:
         self.route = route
+        self.user = user
         self.dialect = dialect
         self._output = output
         self._table = table
@@ -164,6 +174,7 @@ class MlmSessions:
     @ivar received: messages received.
     @ivar malformed: messages that did not decode.
     @ivar invalid: messages with a string that is not valid UTF-8.
+    @ivar reused: routing ids taken over by a connection of another user.
     @ivar max_backlog: answers a session may have waiting for room in its
         queue (besides the queue's own C{send_queue}) before it is given up:
         as many as the queue holds.
@@ -200,15 +211,19 @@ class MlmSessions:
         self.received = 0
         self.malformed = 0
         self.invalid = 0
+        self.reused = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def session(self, route: bytes) -> MlmSession:
-        """The session of C{route}: the kept one, or a new one (kept once the broker opens it)."""
+    def session(self, route: bytes, user: str | None = None) -> MlmSession:
+        """
+        The session of C{route}: the kept one, or a new one of C{user}
+        (kept once the broker opens it).
+        """
         session = self._sessions.get(route)
         if session is None:
-            session = MlmSession(route, self._version1, self._output, self)
+            session = MlmSession(route, self._version1, self._output, self, user)
         return session
 
     def backlogged(self, session: MlmSession) -> None:
@@ -256,10 +271,31 @@ class MlmSessions:
         if self._sessions.get(session.route) is session:
             del self._sessions[session.route]
 
-    def receive(self, route: bytes, frames: Sequence[bytes]) -> None:
-        """Handle one message (its frames after the routing id) from C{route}."""
+    def _reused(self, session: MlmSession, user: str | None) -> MlmSession:
+        """
+        A connection of another user sends from the routing id of C{session}
+        (a peer may choose its routing id, and take one a closed connection
+        left): that is a new party. The old one is gone; its connection
+        ends, so nothing of its user's reaches the new one.
+        """
+        self.reused += 1
+        self._receiver.unresponsive(
+            session, f"its routing id was taken by a connection of another user ({user!r})"
+        )
+        self.drop(session)
+        return MlmSession(session.route, self._version1, self._output, self, user)
+
+    def receive(self, route: bytes, frames: Sequence[bytes], user: str | None = None) -> None:
+        """
+        Handle one message (its frames after the routing id) from C{route},
+        whose connection authenticated as C{user} (None: no authentication).
+        """
         self.received += 1
-        session = self._sessions.get(route) or self.session(route)
+        session = self._sessions.get(route)
+        if session is None:
+            session = self.session(route, user)
+        elif session.user != user:
+            session = self._reused(session, user)
         try:
             message = decode_checked(frames)
         except mlm.InvalidText as e:
