@@ -143,6 +143,66 @@ class RedosTests(SynchronousTestCase):
                 slowest = max(slowest, time.monotonic() - sent)
         print(f"\nPING round trip during 2000 explosive subjects: max {slowest * 1000:.1f} ms")
 
+    def test_manyRegexReadersUniqueSubjects(self) -> None:
+        """
+        15 clients with 1000 regular-expression patterns each on one stream
+        (defect 4: each new subject used to scan all 15,000): 3000 subjects
+        never seen before are matched while a bystander's PINGs are answered
+        each within the deadline, and the readers get exactly what matches.
+        The longest PING round trip is printed, after and including the
+        first subject (which builds the pattern set).
+        """
+        readers = []
+        for c in range(15):
+            reader = self.context.socket(zmq.DEALER)
+            reader.setsockopt(zmq.LINGER, 0)
+            reader.setsockopt(zmq.RCVHWM, 0)
+            self.addCleanup(reader.close)
+            reader.connect(self.broker.endpoint)
+            reader.send_multipart(mlm.encode(mlm.ConnectionOpen(address=f"scan-{c}")))
+            for n in range(1000):
+                pattern = rf"^sensor\.{c * 1000 + n}\.[a-z0-9]+\.temp$"
+                reader.send_multipart(mlm.encode(mlm.StreamRead("scan", pattern)))
+            for _ in range(1001):
+                self.assertTrue(reader.poll(int(DEADLINE * 1000)), "no OK")
+                self.assertEqual(mlm.decode(reader.recv_multipart()), mlm.Ok())
+            readers.append(reader)
+        writer = self.client("scan-writer")
+        writer.set_producer("scan")
+        ping = self.context.socket(zmq.DEALER)
+        ping.setsockopt(zmq.LINGER, 0)
+        self.addCleanup(ping.close)
+        ping.connect(self.broker.endpoint)
+        ping.send_multipart(mlm.encode(mlm.ConnectionOpen(address="scan-timer")))
+        self.assertTrue(ping.poll(int(DEADLINE * 1000)))
+        ping.recv_multipart()
+        slowest = 0.0
+        for n in range(3000):
+            # Every 10th subject matches one reader's pattern; all are new.
+            wanted = n % 10 == 0
+            sensor = n * 5 if wanted else 20_000 + n
+            writer.send(f"sensor.{sensor}.room{n}.{'temp' if wanted else 'hum'}", [b"x"])
+            if n % 30 == 0:
+                sent = time.monotonic()
+                ping.send_multipart(mlm.encode(mlm.ConnectionPing()))
+                self.assertTrue(ping.poll(int(DEADLINE * 1000)), "no PONG")
+                self.assertEqual(mlm.decode(ping.recv_multipart()), mlm.ConnectionPong())
+                slowest = max(slowest, time.monotonic() - sent)
+        # Only sensor.N.*.temp with N below 15,000 match (N = 0, 50, ... 14950).
+        delivered = 0
+        deadline = time.monotonic() + DEADLINE
+        while delivered < 300 and time.monotonic() < deadline:
+            for reader in readers:
+                while reader.poll(0):
+                    message = mlm.decode(reader.recv_multipart())
+                    assert isinstance(message, mlm.StreamDeliver), message
+                    self.assertTrue(message.subject.endswith(".temp"), message.subject)
+                    delivered += 1
+            time.sleep(0.01)
+        self.assertEqual(delivered, 300)
+        figure = f"max {slowest * 1000:.1f} ms"
+        print(f"\nPING round trip, 15,000 regex readers, 3000 new subjects: {figure}")
+
     def test_backreferenceRefused(self) -> None:
         """
         A pattern RE2 cannot run (a backreference) is refused with an ERROR
