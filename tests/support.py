@@ -1,7 +1,7 @@
 """
 Helpers shared by the test modules: skipping slow system tests, locating
-the shared reference material, and small full disks (a tmpfs mounted for
-one test, and filling it).
+the shared reference material, capturing log events, and small full disks
+(a tmpfs mounted for one test, and filling it).
 
 Slow system tests (real broker processes, kill -9 runs, tmpfs mounts) run in
 CI and are skipped locally with ``MALAMUTE_SKIP_SLOW=1``.
@@ -17,7 +17,9 @@ import errno
 import os
 import subprocess
 from pathlib import Path
+from typing import cast
 
+from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 SHARED = Path(os.environ.get("MALAMUTE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
@@ -28,6 +30,15 @@ skip_slow: str | None = (
     if os.environ.get("MALAMUTE_SKIP_SLOW")
     else None
 )
+
+
+def capture_log(case: SynchronousTestCase) -> list[LogEvent]:
+    """Every log event from now until C{case} ends."""
+    events: list[LogEvent] = []
+    observer = cast(ILogObserver, events.append)
+    globalLogPublisher.addObserver(observer)
+    case.addCleanup(globalLogPublisher.removeObserver, observer)
+    return events
 
 
 def mount_tmpfs(case: SynchronousTestCase, path: Path, size: str) -> None:

@@ -1,18 +1,22 @@
 """
 Support for slow system tests: raw blocking DEALER peers that speak the
 protocol through the codec (deliberately not the project's client
-library). The broker they talk to is a real process,
-L{malamute_pack.bench.brokerprocess.BrokerProcess}.
+library), and L{SystemCase}, a test case with a directory and a ZeroMQ
+context that starts brokers as real processes
+(L{malamute_pack.bench.brokerprocess.BrokerProcess}).
 
-Tests: used by ``tests/test_system_durability.py``.
+Tests: used by the ``tests/test_system_*.py`` modules.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from time import monotonic
 
 import zmq
+from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.protocol import mlm
 
 
@@ -83,3 +87,35 @@ class Peer:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+
+
+class SystemCase(SynchronousTestCase):
+    """
+    A test with C{base}, a directory of its own, and C{context}, a ZeroMQ
+    context; brokers it starts are stopped (and that stop checked) after it.
+    """
+
+    def setUp(self) -> None:
+        self.base = Path(self.mktemp()).resolve()
+        self.base.mkdir(parents=True)
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.addCleanup(self.context.term)
+
+    def start(
+        self,
+        *args: str,
+        bind: str | None = None,
+        curve: tuple[str, str, str] | None = None,
+        plain: tuple[str, str] | None = None,
+    ) -> BrokerProcess:
+        """A broker in C{base}/broker with C{args} for C{twistd malamute}, started."""
+        broker = BrokerProcess(
+            self.base / "broker",
+            args=args,
+            bind=bind,
+            plain=plain,
+            curve=curve,
+        )
+        self.addCleanup(broker.stop)
+        broker.start()
+        return broker

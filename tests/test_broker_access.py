@@ -12,10 +12,8 @@ import fnmatch
 import random
 import time
 from pathlib import Path
-from typing import cast
 
 from twisted.internet.task import Clock
-from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.access import (
@@ -37,6 +35,7 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.protocol import mlm
 from malamute_pack.transport.sessions import MlmSessions
 from tests.memory_session import InMemorySession
+from tests.support import capture_log
 
 ACL = """
 # addresses
@@ -214,10 +213,7 @@ class AccessControlTests(SynchronousTestCase):
         takes at most ten lines a second however many there are.
         """
         access = AccessControl(Clock(), parse_access(ACL.splitlines()))
-        logged: list[LogEvent] = []
-        observer = cast(ILogObserver, logged.append)
-        globalLogPublisher.addObserver(observer)
-        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        logged = capture_log(self)
         for _ in range(50):
             with self.assertRaises(Refused) as ctx:
                 access.check("bob", Right.WRITE, "prices.eu")

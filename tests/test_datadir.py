@@ -16,12 +16,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import cast
 
 import zmq
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack import settings as _settings
@@ -35,6 +34,7 @@ from malamute_pack.journal import (
 from malamute_pack.journal.identity import read_marker
 from malamute_pack.journal.service import JournalService
 from malamute_pack.tap import makeBrokerService
+from tests.support import capture_log
 from tests.test_journal_journal import Inline
 
 # A child process that takes the lock of the directory argv[1], says so and waits.
@@ -46,15 +46,6 @@ _HOLD_LOCK = (
     "print('locked', flush=True)\n"
     "time.sleep(60)\n"
 )
-
-
-def capture_log(case: SynchronousTestCase) -> list[LogEvent]:
-    """Every log event from now until C{case} ends."""
-    events: list[LogEvent] = []
-    observer = cast(ILogObserver, events.append)
-    globalLogPublisher.addObserver(observer)
-    case.addCleanup(globalLogPublisher.removeObserver, observer)
-    return events
 
 
 class LockTests(SynchronousTestCase):

@@ -16,7 +16,6 @@ from typing import Any, cast
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.interfaces import IReactorFromThreads
-from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.journal import Journal, JournalError, QueuedRecord
@@ -32,19 +31,11 @@ from malamute_pack.journal.writer import (
     Stop,
     WriteOp,
 )
+from tests.support import capture_log
 from tests.test_journal_journal import SLOW_COMMIT, Inline, new_path, open_journal, seqs
 
 # Stream name bytes ff 62 61 64 as the codec decodes them (surrogateescape).
 BAD_TEXT = b"\xffbad".decode("utf-8", "surrogateescape")
-
-
-def capture_log(case: SynchronousTestCase) -> list[LogEvent]:
-    """Every log event from now until C{case} ends."""
-    events: list[LogEvent] = []
-    observer = cast(ILogObserver, events.append)
-    globalLogPublisher.addObserver(observer)
-    case.addCleanup(globalLogPublisher.removeObserver, observer)
-    return events
 
 
 def letter(

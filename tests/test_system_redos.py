@@ -25,6 +25,7 @@ from malamute_pack.client.errors import MalamuteError
 from malamute_pack.protocol import mlm
 from tests.fuzz_frames import EXPLOSIVE_PATTERNS, EXPLOSIVE_SUBJECTS
 from tests.support import skip_slow
+from tests.system_support import Peer
 
 # Seconds everything must be answered in: generous, as liveness goes.
 DEADLINE = 10.0
@@ -50,21 +51,25 @@ class RedosTests(SynchronousTestCase):
         self.addCleanup(client.close)
         return client
 
+    def pinger(self, address: str) -> Peer:
+        """A raw peer opened with C{address}, for timing PINGs."""
+        peer = Peer(self.context, self.broker.endpoint)
+        self.addCleanup(peer.close)
+        self.assertEqual(peer.command(mlm.ConnectionOpen(address=address), DEADLINE), mlm.Ok())
+        return peer
+
+    def ping(self, peer: Peer) -> float:
+        """Seconds C{peer}'s PING took to be answered with PONG (within the deadline)."""
+        sent = time.monotonic()
+        self.assertEqual(peer.command(mlm.ConnectionPing(), DEADLINE), mlm.ConnectionPong())
+        return time.monotonic() - sent
+
     def assertBrokerAnswers(self, started: float) -> None:
         """
         A bystander's PING is answered with PONG, a command with OK, and a
         letter is stored and delivered, all before the deadline.
         """
-        ping = self.context.socket(zmq.DEALER)
-        ping.setsockopt(zmq.LINGER, 0)
-        self.addCleanup(ping.close)
-        ping.connect(self.broker.endpoint)
-        ping.send_multipart(mlm.encode(mlm.ConnectionOpen(address="redos-pinger")))
-        self.assertTrue(ping.poll(int(DEADLINE * 1000)), "no answer to CONNECTION_OPEN")
-        self.assertEqual(mlm.decode(ping.recv_multipart()), mlm.Ok())
-        ping.send_multipart(mlm.encode(mlm.ConnectionPing()))
-        self.assertTrue(ping.poll(int(DEADLINE * 1000)), "no PONG")
-        self.assertEqual(mlm.decode(ping.recv_multipart()), mlm.ConnectionPong())
+        self.ping(self.pinger("redos-pinger"))
 
         bystander, inbox = self.client("redos-bystander"), self.client("redos-inbox")
         bystander.set_consumer("redos-other", "^x")
@@ -124,23 +129,13 @@ class RedosTests(SynchronousTestCase):
         for pattern in EXPLOSIVE_PATTERNS:
             reader.set_consumer("redos-many", pattern.decode())
         writer.set_producer("redos-many")
-        ping = self.context.socket(zmq.DEALER)
-        ping.setsockopt(zmq.LINGER, 0)
-        self.addCleanup(ping.close)
-        ping.connect(self.broker.endpoint)
-        ping.send_multipart(mlm.encode(mlm.ConnectionOpen(address="redos-timer")))
-        self.assertTrue(ping.poll(int(DEADLINE * 1000)))
-        ping.recv_multipart()
+        timer = self.pinger("redos-timer")
         slowest = 0.0
         for n in range(2000):
             base = EXPLOSIVE_SUBJECTS[n % len(EXPLOSIVE_SUBJECTS)].decode()
             writer.send(f"{base[: 20 + n % 180]}{n}", [b"x"])
             if n % 20 == 0:
-                sent = time.monotonic()
-                ping.send_multipart(mlm.encode(mlm.ConnectionPing()))
-                self.assertTrue(ping.poll(int(DEADLINE * 1000)), "no PONG")
-                self.assertEqual(mlm.decode(ping.recv_multipart()), mlm.ConnectionPong())
-                slowest = max(slowest, time.monotonic() - sent)
+                slowest = max(slowest, self.ping(timer))
         print(f"\nPING round trip during 2000 explosive subjects: max {slowest * 1000:.1f} ms")
 
     def test_manyRegexReadersUniqueSubjects(self) -> None:
@@ -154,28 +149,16 @@ class RedosTests(SynchronousTestCase):
         """
         readers = []
         for c in range(15):
-            reader = self.context.socket(zmq.DEALER)
-            reader.setsockopt(zmq.LINGER, 0)
-            reader.setsockopt(zmq.RCVHWM, 0)
-            self.addCleanup(reader.close)
-            reader.connect(self.broker.endpoint)
-            reader.send_multipart(mlm.encode(mlm.ConnectionOpen(address=f"scan-{c}")))
+            reader = self.pinger(f"scan-{c}")
             for n in range(1000):
                 pattern = rf"^sensor\.{c * 1000 + n}\.[a-z0-9]+\.temp$"
-                reader.send_multipart(mlm.encode(mlm.StreamRead("scan", pattern)))
-            for _ in range(1001):
-                self.assertTrue(reader.poll(int(DEADLINE * 1000)), "no OK")
-                self.assertEqual(mlm.decode(reader.recv_multipart()), mlm.Ok())
+                reader.send(mlm.StreamRead("scan", pattern))
+            for _ in range(1000):
+                self.assertEqual(reader.receive(DEADLINE), mlm.Ok())
             readers.append(reader)
         writer = self.client("scan-writer")
         writer.set_producer("scan")
-        ping = self.context.socket(zmq.DEALER)
-        ping.setsockopt(zmq.LINGER, 0)
-        self.addCleanup(ping.close)
-        ping.connect(self.broker.endpoint)
-        ping.send_multipart(mlm.encode(mlm.ConnectionOpen(address="scan-timer")))
-        self.assertTrue(ping.poll(int(DEADLINE * 1000)))
-        ping.recv_multipart()
+        timer = self.pinger("scan-timer")
         slowest = 0.0
         for n in range(3000):
             # Every 10th subject matches one reader's pattern; all are new.
@@ -183,18 +166,13 @@ class RedosTests(SynchronousTestCase):
             sensor = n * 5 if wanted else 20_000 + n
             writer.send(f"sensor.{sensor}.room{n}.{'temp' if wanted else 'hum'}", [b"x"])
             if n % 30 == 0:
-                sent = time.monotonic()
-                ping.send_multipart(mlm.encode(mlm.ConnectionPing()))
-                self.assertTrue(ping.poll(int(DEADLINE * 1000)), "no PONG")
-                self.assertEqual(mlm.decode(ping.recv_multipart()), mlm.ConnectionPong())
-                slowest = max(slowest, time.monotonic() - sent)
+                slowest = max(slowest, self.ping(timer))
         # Only sensor.N.*.temp with N below 15,000 match (N = 0, 50, ... 14950).
         delivered = 0
         deadline = time.monotonic() + DEADLINE
         while delivered < 300 and time.monotonic() < deadline:
             for reader in readers:
-                while reader.poll(0):
-                    message = mlm.decode(reader.recv_multipart())
+                for message in reader.receive_ready():
                     assert isinstance(message, mlm.StreamDeliver), message
                     self.assertTrue(message.subject.endswith(".temp"), message.subject)
                     delivered += 1

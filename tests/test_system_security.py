@@ -26,7 +26,6 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
-from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.broker.access import NOT_ALLOWED
@@ -35,25 +34,13 @@ from malamute_pack.client.options import CurveKeys
 from malamute_pack.protocol import mlm
 from malamute_pack.transport.curve import write_certificates
 from tests.support import skip_slow
-from tests.system_support import Peer
+from tests.system_support import Peer, SystemCase
 
 PASSWORDS = "alice = wonderland\nbob = builder\ncarol = singer\n"
 
 
-class SecurityCase(SynchronousTestCase):
+class SecurityCase(SystemCase):
     skip = skip_slow
-
-    def setUp(self) -> None:
-        self.base = Path(self.mktemp()).resolve()
-        self.base.mkdir(parents=True)
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.addCleanup(self.context.term)
-
-    def start(self, *args: str, **kwargs: object) -> BrokerProcess:
-        broker = BrokerProcess(self.base / "broker", args=args, **kwargs)  # type: ignore[arg-type]
-        self.addCleanup(broker.stop)
-        broker.start()
-        return broker
 
     def peer(
         self, endpoint: str, address: str, **security: object
@@ -63,6 +50,15 @@ class SecurityCase(SynchronousTestCase):
         self.addCleanup(peer.close)
         reply = peer.command(mlm.ConnectionOpen(version=2, address=address), timeout=3.0)
         return peer, reply
+
+    def assertLetterToItself(self, endpoint: str, address: str, keys: CurveKeys) -> None:
+        """The project's client, with C{keys}, opens C{address} and mails itself a letter."""
+        client = BlockingClient(endpoint, address, curve=keys, context=self.context)
+        self.addCleanup(client.close)
+        client.sendto(address, "hello", [b"hi"])
+        letter = client.recv(timeout=5.0)
+        assert letter is not None
+        self.assertEqual(letter.subject, "hello")
 
     def assertRefused(self, reply: mlm.Message | None, fragment: str) -> None:
         assert isinstance(reply, mlm.Error), reply
@@ -138,7 +134,7 @@ class CurveTests(SecurityCase):
             str(clients),
             f"--endpoint=null:{fresh_ipc_endpoint('curve')}",
             bind=ANY_TCP_PORT,
-            curve=tuple(probe_keys),
+            curve=probe_keys,
         )
         [self.tcp, self.ipc] = self.broker.bound()
         self.keys_file = server_public
@@ -182,13 +178,7 @@ class CurveTests(SecurityCase):
 
     def test_clientLibrary(self) -> None:
         """The project's client connects with CurveKeys.load and sends a letter to itself."""
-        keys = CurveKeys.load(self.keys_file, self.alice)
-        client = BlockingClient(self.tcp, "alice-lib", curve=keys, context=self.context)
-        self.addCleanup(client.close)
-        client.sendto("alice-lib", "hello", [b"hi"])
-        letter = client.recv(timeout=5.0)
-        assert letter is not None
-        self.assertEqual(letter.subject, "hello")
+        self.assertLetterToItself(self.tcp, "alice-lib", CurveKeys.load(self.keys_file, self.alice))
 
 
 class GeneratedServerKeyTests(SecurityCase):
@@ -215,13 +205,7 @@ class GeneratedServerKeyTests(SecurityCase):
         secret = zmq.auth.load_certificate(str(secret_file))[1]
         assert secret is not None
         self.assertNotIn(secret.decode(), broker.run_log())
-        keys_made = CurveKeys.load(certificate, alice)
-        client = BlockingClient(tcp, "alice-box", curve=keys_made, context=self.context)
-        self.addCleanup(client.close)
-        client.sendto("alice-box", "hello", [b"hi"])
-        letter = client.recv(timeout=5.0)
-        assert letter is not None
-        self.assertEqual(letter.subject, "hello")
+        self.assertLetterToItself(tcp, "alice-box", CurveKeys.load(certificate, alice))
 
 
 class AccessFileTests(SecurityCase):

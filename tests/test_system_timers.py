@@ -18,34 +18,18 @@ and the broker process of L{malamute_pack.bench.brokerprocess}.
 from __future__ import annotations
 
 import time
-from pathlib import Path
-
-import zmq
-from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.protocol import mlm
 from tests.support import skip_slow
-from tests.system_support import Peer
+from tests.system_support import Peer, SystemCase
 
 # Seconds anything may take to happen: a liveness bound, not a benchmark.
 DEADLINE = 10.0
 
 
-class TimerCase(SynchronousTestCase):
+class TimerCase(SystemCase):
     skip = skip_slow
-
-    def setUp(self) -> None:
-        self.base = Path(self.mktemp()).resolve()
-        self.base.mkdir(parents=True)
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.addCleanup(self.context.term)
-
-    def start(self, *args: str) -> BrokerProcess:
-        broker = BrokerProcess(self.base / "broker", args=args)
-        broker.start()
-        self.addCleanup(broker.stop)
-        return broker
 
     def peer(self, broker: BrokerProcess, address: str) -> Peer:
         peer = Peer(self.context, broker.endpoint)

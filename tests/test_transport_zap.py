@@ -8,12 +8,10 @@ tested end to end and in ``tests/test_transport_security.py``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 import zmq
 from twisted.internet import reactor
 from twisted.internet.task import Clock
-from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zmq.utils import z85
 
@@ -25,6 +23,7 @@ from malamute_pack.transport.zap import (
     check_plain,
     load_passwords,
 )
+from tests.support import capture_log
 
 
 class PasswordFileTests(SynchronousTestCase):
@@ -157,10 +156,7 @@ class CurveAndThrottleTests(SynchronousTestCase):
         A flood of bad requests is counted in full but logged a few lines a
         second, whatever the number of addresses it comes from.
         """
-        logged: list[LogEvent] = []
-        observer = cast(ILogObserver, logged.append)
-        globalLogPublisher.addObserver(observer)
-        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        logged = capture_log(self)
         for n in range(1000):
             source = f"10.0.{n // 256}.{n % 256}".encode()
             self.handler.answer(

@@ -479,13 +479,7 @@ class JournalWriter:
             conn.executemany(_UPSERT_STREAM_STATS, stats_rows)
         if p.queued_rows:
             _insert_all(conn, _INSERT_QUEUED, p.queued_rows)
-        if self._unsaved_queued_last:
-            conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
-        if p.removed:
-            conn.executemany(_DELETE_QUEUED, p.removed)
-        conn.execute("COMMIT")
-        self._unsaved_stream_last.clear()
-        self._unsaved_queued_last = 0
+        self._finish(p)
         return BatchOutcome(
             operations=p.operations,
             records=len(p.stream_rows) + len(p.queued_rows),
@@ -527,13 +521,7 @@ class JournalWriter:
                     raise
                 # A stream name SQLite cannot take: its records were dropped
                 # above; its mark is not kept to fail every later batch.
-        if self._unsaved_queued_last:
-            conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
-        if p.removed:
-            conn.executemany(_DELETE_QUEUED, p.removed)
-        conn.execute("COMMIT")
-        self._unsaved_stream_last.clear()
-        self._unsaved_queued_last = 0
+        self._finish(p)
         callbacks: list[DurableCallback] = []
         refused = list(p.refused)
         written = sum(counts[1] for counts in written_stats.values())
@@ -553,6 +541,20 @@ class JournalWriter:
             refused=refused,
             dropped=dropped,
         )
+
+    def _finish(self, p: _Prepared) -> None:
+        """
+        End ``p``'s transaction: save the id high-water mark, delete what
+        was confirmed, commit; the marks saved are no longer owed.
+        """
+        conn = self._conn
+        if self._unsaved_queued_last:
+            conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
+        if p.removed:
+            conn.executemany(_DELETE_QUEUED, p.removed)
+        conn.execute("COMMIT")
+        self._unsaved_stream_last.clear()
+        self._unsaved_queued_last = 0
 
     def _refused(self, exc: Exception, rid: int, kind: str, address: str) -> JournalError:
         """The error for letter ``rid``, which cannot be written because of ``exc``."""

@@ -229,13 +229,16 @@ class MlmSessions:
     def backlogged(self, session: MlmSession) -> None:
         """C{session}'s answers wait for room: retry them until they are sent."""
         self._backlogged.add(session)
+        self._schedule_retry()
+
+    def _schedule_retry(self) -> None:
         if self._clock is not None and self._retrying is None:
             self._retrying = self._clock.callLater(self._retry, self._retry_backlogs)
 
     def _retry_backlogs(self) -> None:
         self._retrying = None
         if not self.flush():
-            self.backlogged(next(iter(self._backlogged)))
+            self._schedule_retry()
 
     def flush(self) -> bool:
         """Send what the sessions' backlogs hold while there is room; whether all are empty."""
