@@ -23,7 +23,13 @@ journal's: ``malamute/journal/enabled`` (1 or 0),
 ``malamute/journal/crash-skip``, and
 retention ``malamute/journal/retention/max-count``, ``.../max-age`` (s),
 ``.../max-bytes``, also per stream under
-``malamute/journal/streams/<stream>/max-count`` (and so on).
+``malamute/journal/streams/<stream>/max-count`` (and so on); the pack's
+(``docs/pack.md``): ``malamute/pack/name``, ``malamute/pack/beacon`` (an
+interface name or address), ``malamute/pack/beacon-port``,
+``malamute/pack/beacon-interval``, ``malamute/pack/evasive`` and
+``malamute/pack/expired`` (ms: ZRE's peer timers), ``malamute/pack/gossip-bind`` and
+``malamute/pack/gossip-connect`` (repeatable), ``malamute/pack/peer-endpoint``
+and ``malamute/pack/broker-name``.
 
 Tests: ``tests/test_tap.py``.
 """
@@ -47,6 +53,33 @@ class SettingsError(ValueError):
 
 
 @dataclass(frozen=True)
+class PackSettings:
+    """
+    The pack this broker joins (L{malamute_pack.pack}), if any.
+
+    @ivar name: the pack's name (its brokers' ZRE group); None: no pack.
+    @ivar beacon: the interface (name or IPv4 address) to send and hear
+        UDP beacons on; None: no beacons (gossip only).
+    @ivar peer_endpoint: the TCP endpoint peer brokers reach this one at
+        (bound; ``*`` as the port picks one); default: the beacon
+        interface's address, any port.
+    @ivar broker_name: the name peers know this broker by (default: the
+        host's name).
+    """
+
+    name: str | None = None
+    beacon: str | None = None
+    beacon_port: int = 5670
+    beacon_interval_ms: int = 1000
+    gossip_bind: tuple[str, ...] = ()
+    gossip_connect: tuple[str, ...] = ()
+    peer_endpoint: str | None = None
+    broker_name: str | None = None
+    evasive_ms: int = 5000
+    expired_ms: int = 30000
+
+
+@dataclass(frozen=True)
 class Settings:
     endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
     timeout_ms: int = 10_000
@@ -60,6 +93,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     journal: bool = True
     journal_config: JournalConfig = field(default_factory=JournalConfig)
+    pack: PackSettings = field(default_factory=PackSettings)
 
     @property
     def journal_path(self) -> Path:
@@ -143,6 +177,31 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
     if (value := last("malamute/journal/enabled")) is not None:
         changes["journal"] = _int("malamute/journal/enabled", value) != 0
     changes["journal_config"] = _journal_config(config, base.journal_config)
+    changes["pack"] = _pack(config, base.pack)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _pack(config: dict[str, list[str]], base: PackSettings) -> PackSettings:
+    changes: dict[str, object] = {}
+    for key, name in (
+        ("name", "name"),
+        ("beacon", "beacon"),
+        ("peer-endpoint", "peer_endpoint"),
+        ("broker-name", "broker_name"),
+    ):
+        if values := config.get(f"malamute/pack/{key}"):
+            changes[name] = values[-1]
+    for key, name in (
+        ("beacon-port", "beacon_port"),
+        ("beacon-interval", "beacon_interval_ms"),
+        ("evasive", "evasive_ms"),
+        ("expired", "expired_ms"),
+    ):
+        if values := config.get(f"malamute/pack/{key}"):
+            changes[name] = _int(f"malamute/pack/{key}", values[-1])
+    for key, name in (("gossip-bind", "gossip_bind"), ("gossip-connect", "gossip_connect")):
+        if values := config.get(f"malamute/pack/{key}"):
+            changes[name] = tuple(values)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -218,4 +277,30 @@ def check(settings: Settings) -> Settings:
         raise SettingsError("the client timeout must be at least 1 ms")
     if not settings.endpoints:
         raise SettingsError("no endpoint to bind")
+    _check_pack(settings.pack)
     return settings
+
+
+def _check_pack(pack: PackSettings) -> None:
+    if pack.name is None:
+        return
+    if not pack.name or len(pack.name.encode()) > 255:
+        raise SettingsError("the pack's name must be 1 to 255 bytes")
+    if pack.beacon is None and not (pack.gossip_bind or pack.gossip_connect):
+        raise SettingsError(
+            "a pack needs a way to find its brokers: beacons (--beacon IFACE) on a LAN,"
+            " or gossip (--gossip-bind / --gossip-connect) where there is no broadcast"
+        )
+    if pack.beacon is None and pack.peer_endpoint is None:
+        raise SettingsError(
+            "without beacons, say which TCP endpoint peers reach this broker at"
+            " (--peer-endpoint tcp://ADDRESS:PORT, or tcp://ADDRESS:* for any port)"
+        )
+    if pack.peer_endpoint is not None and not pack.peer_endpoint.startswith("tcp://"):
+        raise SettingsError(f"the peer endpoint must be tcp://...: {pack.peer_endpoint!r}")
+    if not 0 < pack.beacon_port < 65536:
+        raise SettingsError(f"beacon port {pack.beacon_port} is not a UDP port")
+    if pack.beacon_interval_ms < 10:
+        raise SettingsError("the beacon interval must be at least 10 ms")
+    if not 0 < pack.evasive_ms < pack.expired_ms:
+        raise SettingsError("a pack peer must be evasive (ping) before it is expired")

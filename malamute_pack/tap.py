@@ -13,7 +13,8 @@ client keys and the access-control file, reloaded on SIGHUP), and one
 ROUTER socket per security mechanism the endpoints require, whose
 sessions feed the model,
 behind a read gate the journal's backlog closes
-(L{malamute_pack.transport.gate}). They stop in the reverse order.
+(L{malamute_pack.transport.gate}), and, with ``--pack``, the pack
+(L{malamute_pack.pack.service}). They stop in the reverse order.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
 
@@ -38,6 +39,7 @@ from malamute_pack.datadir import DataDirService
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
+from malamute_pack.pack.service import PackService
 from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
 from malamute_pack.transport.gate import ReadGate
 from malamute_pack.transport.router import RouterService
@@ -81,6 +83,21 @@ class Options(usage.Options):
             "CURVE clients' keys: a directory of certificates or a file.",
         ],
         ["acl", None, None, "Access-control file (docs/security.md); reloaded on SIGHUP."],
+        ["pack", None, None, "Join the pack of this name (docs/pack.md)."],
+        [
+            "beacon",
+            None,
+            None,
+            "Find the pack's brokers with UDP beacons on this interface (name or address).",
+        ],
+        ["beacon-port", None, None, "UDP port of the beacons (default 5670).", int],
+        [
+            "peer-endpoint",
+            None,
+            None,
+            "TCP endpoint peer brokers reach this one at (default tcp://BEACON-ADDRESS:*).",
+        ],
+        ["broker-name", None, None, "This broker's name in the pack (default: the host name)."],
     ]
     optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
         ["no-journal", None, "Keep nothing on disk: no stream replay, no durable mail."],
@@ -89,6 +106,8 @@ class Options(usage.Options):
     def __init__(self) -> None:
         super().__init__()
         self["endpoints"] = []
+        self["gossip-bind"] = []
+        self["gossip-connect"] = []
 
     def opt_endpoint(self, endpoint: str) -> None:
         """
@@ -98,6 +117,14 @@ class Options(usage.Options):
         self["endpoints"].append(endpoint)
 
     opt_e = opt_endpoint
+
+    def opt_gossip_bind(self, endpoint: str) -> None:
+        """Serve zgossip on this endpoint, for brokers with no broadcast (repeatable)."""
+        self["gossip-bind"].append(endpoint)
+
+    def opt_gossip_connect(self, endpoint: str) -> None:
+        """Find the pack's brokers through the zgossip server at this endpoint (repeatable)."""
+        self["gossip-connect"].append(endpoint)
 
     def postOptions(self) -> None:
         try:
@@ -134,7 +161,26 @@ class Options(usage.Options):
             result = dataclasses.replace(result, access_file=Path(self["acl"]))
         if self["no-journal"]:
             result = dataclasses.replace(result, journal=False)
+        result = dataclasses.replace(result, pack=self.pack_settings(result.pack))
         return _settings.check(result)
+
+    def pack_settings(self, base: _settings.PackSettings) -> _settings.PackSettings:
+        """C{base} (from the config file) with what the pack's options give."""
+        changes: dict[str, object] = {}
+        for option, name in (
+            ("pack", "name"),
+            ("beacon", "beacon"),
+            ("beacon-port", "beacon_port"),
+            ("peer-endpoint", "peer_endpoint"),
+            ("broker-name", "broker_name"),
+        ):
+            if self[option] is not None:
+                changes[name] = self[option]
+        if self["gossip-bind"]:
+            changes["gossip_bind"] = tuple(self["gossip-bind"])
+        if self["gossip-connect"]:
+            changes["gossip_connect"] = tuple(self["gossip-connect"])
+        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 class BrokerService(Service):
@@ -230,6 +276,11 @@ def makeBrokerService(
             gate.add(router)
         gate.watch(broker.listening)
         journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
+    if settings.pack.name is not None:
+        # Last to start, first to stop: peers hear GOODBYE while the broker runs.
+        pack = PackService(reactor, context, broker, journal, settings.pack, settings.data_dir)
+        pack.setName("pack")
+        pack.setServiceParent(top)
     return top
 
 

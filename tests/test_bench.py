@@ -3,8 +3,9 @@ Tests for L{malamute_pack.bench}: the figures a scenario's reports make, the
 journal comparison, which scenarios run on which broker, each load role
 against a scripted broker side on real sockets; and, as slow system tests,
 L{malamute_pack.bench.brokerprocess} (the broker as a real process, which
-the tests use too) and short real runs of ``python -m malamute_pack.bench``
-(broker processes and load processes).
+the tests use too; also in a network namespace of a
+L{malamute_pack.bench.netns.Lan}, as root) and short real runs of
+``python -m malamute_pack.bench`` (broker processes and load processes).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import zmq
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from malamute_pack.bench import load
 from malamute_pack.bench.__main__ import parse
@@ -30,7 +32,10 @@ from malamute_pack.bench.brokerprocess import (
     BrokerError,
     BrokerProcess,
     fresh_ipc_endpoint,
+    python_command,
+    run_python,
 )
+from malamute_pack.bench.netns import Lan, netns_available
 from malamute_pack.bench.scenarios import (
     SCENARIOS,
     BrokerRun,
@@ -490,6 +495,139 @@ class BrokerProcessTests(SynchronousTestCase):
         )
         self.assertEqual(broker.data_dir, self.directory.resolve() / "malamute-data")
         self.assertFalse((broker.data_dir / "journal.sqlite").exists())
+
+
+# Sends CONNECTION_OPEN to the broker at argv[1] and prints the answer
+# (repr of the decoded message), or "nothing" after 5 seconds.
+OPEN_CLIENT = textwrap.dedent(
+    """
+    import sys, zmq
+    from malamute_pack.protocol import mlm
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(sys.argv[1])
+    dealer.send_multipart(mlm.encode(mlm.ConnectionOpen()))
+    print(repr(mlm.decode(dealer.recv_multipart())) if dealer.poll(5000) else "nothing")
+    dealer.close()
+    context.term()
+    """
+)
+
+
+class PythonCommandTests(SynchronousTestCase):
+    def test_command(self) -> None:
+        """L{python_command} runs this Python, through C{ip netns exec} for a namespace."""
+        self.assertEqual(python_command(None, "-c", "x"), [sys.executable, "-c", "x"])
+        self.assertEqual(
+            python_command("mpc2h1", "-c", "x"),
+            ["ip", "netns", "exec", "mpc2h1", sys.executable, "-c", "x"],
+        )
+
+    def test_runPython(self) -> None:
+        """L{run_python} runs a snippet with the checkout importable, its output as text."""
+        ran = run_python(None, "-c", "import malamute_pack, sys; print(sys.argv[1])", "hi")
+        self.assertEqual((ran.returncode, ran.stdout), (0, "hi\n"), ran.stderr)
+
+
+class NetnsBrokerProcessTests(SynchronousTestCase):
+    """
+    L{BrokerProcess} in a network namespace: a host of a two-host Lan
+    (prefix C{mpc2}, 10.77.13.0/24).
+    """
+
+    skip = skip_slow
+
+    def setUp(self) -> None:
+        reason = netns_available()
+        if reason is not None:
+            raise SkipTest(reason)
+        self.directory = Path(self.mktemp()).resolve()
+        self.lan = Lan("mpc2", "10.77.13", 2)
+        self.addCleanup(self.lan.destroy)
+        self.lan.create()
+
+    def broker(self, **kwargs: Any) -> BrokerProcess:
+        """A started broker in host 1's namespace, stopped (and checked) when the test ends."""
+        broker = BrokerProcess(self.directory, netns=self.lan.hosts[0].name, **kwargs)
+        self.addCleanup(broker.stop)
+        broker.start()
+        return broker
+
+    def open(self, netns: str | None, endpoint: str) -> str:
+        """What a client in C{netns} gets for a CONNECTION_OPEN to C{endpoint}."""
+        ran = run_python(netns, "-c", OPEN_CLIENT, endpoint)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        return ran.stdout.strip()
+
+    def test_ipcInsideTheNamespace(self) -> None:
+        """
+        A broker on an abstract ipc name in a namespace serves CONNECTION_OPEN
+        to a client in that namespace; the same name from this process's
+        namespace reaches nothing. Its pid is the broker itself (the
+        twistd command, in the namespace), not C{ip netns exec}; its stop
+        is clean.
+        """
+        broker = self.broker()
+        host = self.lan.hosts[0]
+        self.assertTrue(broker.endpoint.startswith("ipc://@/"), broker.endpoint)
+        self.assertEqual(self.open(host.name, broker.endpoint), repr(mlm.Ok()))
+        self.assertEqual(self.open(None, broker.endpoint), "nothing")
+        self.assertEqual(
+            os.stat(f"/proc/{broker.pid}/ns/net").st_ino,
+            os.stat(f"/run/netns/{host.name}").st_ino,
+        )
+        cmdline = Path(f"/proc/{broker.pid}/cmdline").read_bytes().split(b"\0")
+        self.assertEqual(cmdline[0], sys.executable.encode())
+        self.assertIn(b"malamute", cmdline)
+        self.assertEqual(broker.stop(), -signal.SIGTERM)
+        self.assertIn("Main loop terminated.", broker.run_log())
+
+    def test_tcpFromAnotherHost(self) -> None:
+        """
+        A broker in host 1's namespace bound to C{tcp://HOST1:*} serves a
+        client on host 2; SIGKILLed and started again it is a new process
+        on the same endpoint, which host 2 reaches again.
+        """
+        host, other = self.lan.hosts
+        broker = self.broker(bind=f"tcp://{host.address}:*")
+        self.assertRegex(broker.endpoint, rf"^tcp://{re.escape(host.address)}:[1-9][0-9]*$")
+        self.assertEqual(self.open(other.name, broker.endpoint), repr(mlm.Ok()))
+        pid = broker.pid
+        broker.kill()
+        self.assertFalse(broker.alive())
+        self.assertFalse(Path(f"/proc/{pid}").exists())
+        broker.start()
+        self.assertNotEqual(broker.pid, pid)
+        self.assertEqual(self.open(other.name, broker.endpoint), repr(mlm.Ok()))
+
+    def test_plainProbeInTheNamespace(self) -> None:
+        """
+        The probe, run in the namespace, passes the PLAIN credentials it is
+        given to a broker that requires them; with a wrong password it
+        gives up at the start's timeout and the start fails, saying so.
+        """
+        passwords = self.directory / "passwords.cfg"
+        passwords.parent.mkdir(parents=True)
+        passwords.write_text("admin = secret\n")
+        refused = BrokerProcess(
+            self.directory / "refused",
+            netns=self.lan.hosts[0].name,
+            args=["--passwords", str(passwords)],
+            plain=("admin", "wrong"),
+        )
+        error = self.assertRaises(BrokerError, refused.start, timeout=3.0)
+        self.assertIn("the probe in mpc2h1 failed (1): broker did not serve in time", str(error))
+        self.assertFalse(refused.alive())
+        broker = self.broker(args=["--passwords", str(passwords)], plain=("admin", "secret"))
+        self.assertIn("Malamute broker bound to", broker.run_log())
+
+    def test_noSuchNamespace(self) -> None:
+        """A broker in a namespace that does not exist fails its start, saying why."""
+        broker = BrokerProcess(self.directory, netns="mpc2nope")
+        error = self.assertRaises(BrokerError, broker.start)
+        self.assertIn("mpc2nope", str(error))
+        self.assertFalse(broker.alive())
 
 
 class BenchCommandTests(SynchronousTestCase):

@@ -1,6 +1,7 @@
 """
 Tests for L{malamute_pack.journal.records} and L{malamute_pack.journal.errors}:
-the content-frame BLOB encoding and the JournalError wrapping of SQLite errors.
+the content-frame BLOB encoding, stream records and rows with their origin,
+and the JournalError wrapping of SQLite errors.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.journal import JournalError, StreamRecord, decode_frames, encode_frames
+from malamute_pack.journal.records import row_record, stream_row
 
 frames = st.lists(st.binary(max_size=300), max_size=8)
 
@@ -57,6 +59,20 @@ class FrameEncodingTests(SynchronousTestCase):
         self.assertEqual(a, StreamRecord("s", 1, 2.0, "me", "subj", (b"x",)))
         with self.assertRaises(AttributeError):
             a.seq = 2  # type: ignore[misc]
+
+    def test_recordOrigin(self) -> None:
+        """
+        A record made without an origin is local (origin "", origin_seq 0);
+        one with an origin keeps it, through its row and back.
+        """
+        local = StreamRecord("s", 1, 2.0, "me", "subj", (b"x",))
+        self.assertEqual((local.origin, local.origin_seq), ("", 0))
+        self.assertEqual(row_record(stream_row("s", 1, 2.0, "me", "subj", [b"x"])), local)
+        row = stream_row("s", 3, 2.0, "me", "subj", [b"x", b""], "peer", 17)
+        self.assertEqual(row[7:], ("peer", 17))
+        self.assertEqual(
+            row_record(row), StreamRecord("s", 3, 2.0, "me", "subj", (b"x", b""), "peer", 17)
+        )
 
 
 class JournalErrorTests(SynchronousTestCase):

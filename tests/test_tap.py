@@ -223,3 +223,69 @@ class TwistdTests(SynchronousTestCase):
         # Without the installed copy the same command finds no plugin.
         env["PYTHONPATH"] = str(site_packages)
         self.assertNotIn("malamute", help_text(self.mktemp_dir()))
+
+
+class PackOptionsTests(SynchronousTestCase):
+    def test_noPackByDefault(self) -> None:
+        """Without --pack the broker joins no pack."""
+        self.assertIsNone(parse().pack.name)
+
+    def test_packOptions(self) -> None:
+        """The pack options (--pack, --beacon, --gossip-*, --peer-endpoint...) are taken."""
+        pack = parse(
+            "--pack",
+            "prod",
+            "--beacon",
+            "eth0",
+            "--beacon-port",
+            "5671",
+            "--gossip-bind",
+            "tcp://10.0.0.1:5680",
+            "--gossip-connect",
+            "tcp://10.0.0.2:5680",
+            "--gossip-connect",
+            "tcp://10.0.0.3:5680",
+            "--peer-endpoint",
+            "tcp://10.0.0.1:*",
+            "--broker-name",
+            "b1",
+        ).pack
+        self.assertEqual(
+            (pack.name, pack.beacon, pack.beacon_port, pack.peer_endpoint, pack.broker_name),
+            ("prod", "eth0", 5671, "tcp://10.0.0.1:*", "b1"),
+        )
+        self.assertEqual(pack.gossip_bind, ("tcp://10.0.0.1:5680",))
+        self.assertEqual(pack.gossip_connect, ("tcp://10.0.0.2:5680", "tcp://10.0.0.3:5680"))
+
+    def test_packConfigKeys(self) -> None:
+        """The malamute/pack/ keys of malamute.cfg set the pack; options override them."""
+        path = Path(self.mktemp())
+        path.write_text(
+            "malamute\n"
+            "    pack\n"
+            "        name = prod\n"
+            "        beacon = 10.1.2.3\n"
+            "        beacon-interval = 500\n"
+            "        expired = 9000\n"
+            "        gossip-connect = tcp://g1:5680\n"
+            "        gossip-connect = tcp://g2:5680\n"
+        )
+        pack = parse("--config", str(path)).pack
+        self.assertEqual((pack.name, pack.beacon), ("prod", "10.1.2.3"))
+        self.assertEqual((pack.beacon_interval_ms, pack.expired_ms), (500, 9000))
+        self.assertEqual(pack.gossip_connect, ("tcp://g1:5680", "tcp://g2:5680"))
+        self.assertEqual(parse("--config", str(path), "--pack", "other").pack.name, "other")
+
+    def test_packNeedsAWayToFindOthers(self) -> None:
+        """A pack with neither beacons nor gossip is refused with the reason."""
+        with self.assertRaises(usage.UsageError) as e:
+            parse("--pack", "prod")
+        self.assertIn("beacons", str(e.exception))
+
+    def test_gossipNeedsPeerEndpoint(self) -> None:
+        """Without beacons, the endpoint peers reach the broker at must be given."""
+        with self.assertRaises(usage.UsageError) as e:
+            parse("--pack", "prod", "--gossip-connect", "tcp://g:1")
+        self.assertIn("--peer-endpoint", str(e.exception))
+        with self.assertRaises(usage.UsageError):
+            parse("--pack", "p", "--gossip-connect", "tcp://g:1", "--peer-endpoint", "ipc://@/x")

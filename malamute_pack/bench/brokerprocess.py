@@ -20,25 +20,43 @@ the statistics as soon as it returns, before the signal is re-raised.
 So a clean stop is: SIGTERM, exit status -SIGTERM (or 0), "Main loop
 terminated." in the log of that run and, when profiling, a profile file.
 
+A broker can run in a network namespace (a host of a
+L{malamute_pack.bench.netns.Lan}): its command is prefixed with ``ip netns
+exec NAME``, which execs it, so the pid this module holds is the broker's
+own and its signals (stop, kill) reach the broker. Its endpoints are read
+from its log as usual, but the readiness probe must connect from inside
+that namespace (an abstract ipc name, 127.0.0.1, even the host's address
+are only reachable there or from the Lan): it runs in a short subprocess
+started with L{python_command}, which this process watches together with
+the broker. (The log line alone is not taken as ready: bound is not yet
+serving, and a probe from the namespace also proves that clients there
+get in, PLAIN or CURVE included.) Clients of such a broker run inside the
+namespace too (L{python_command}, L{run_python}), or on another host of
+the Lan for a broker bound to its host's tcp address.
+
 Tests: ``tests/test_bench.py`` (L{BrokerProcess} itself, and the benchmark
 that uses it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import zmq
 
 import malamute_pack
+from malamute_pack.bench.netns import netns_command
 from malamute_pack.protocol import mlm
 
 # The directory that holds the malamute_pack package and twisted/plugins.
@@ -82,8 +100,113 @@ def checkout_environment(**overrides: str) -> dict[str, str]:
     return env
 
 
+def python_command(netns: str | None, *args: str) -> list[str]:
+    """
+    The Python running this code with C{args} (C{"-c", code, ...} or a
+    script), inside the network namespace C{netns} if one is given. Run it
+    with C{env=}L{checkout_environment}C{()} to import the checkout (as
+    L{run_python} does).
+    """
+    command = [sys.executable, *args]
+    return command if netns is None else netns_command(netns, command)
+
+
+def run_python(
+    netns: str | None, *args: str, timeout: float = 60.0, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """
+    Run L{python_command}C{(netns, *args)} with the checkout importable and
+    wait for it: its output is captured as text unless C{kwargs} say
+    otherwise (they go to C{subprocess.run}).
+    """
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    kwargs.setdefault("env", checkout_environment())
+    done: subprocess.CompletedProcess[str] = subprocess.run(
+        python_command(netns, *args), timeout=timeout, **kwargs
+    )
+    return done
+
+
 class BrokerError(Exception):
     """The broker did not start, did not serve, or did not exit cleanly."""
+
+
+def open_connection(
+    endpoint: str,
+    *,
+    plain: tuple[str, str] | None = None,
+    curve: tuple[str, str, str] | None = None,
+    check: Callable[[], None],
+) -> None:
+    """
+    Open a connection to the broker at C{endpoint} from a throwaway DEALER
+    until it answers, then close it: whatever answers arrive late go to that
+    socket, not to a test's or the load's own. Between attempts (half a
+    second each) C{check} is called: it raises to give up.
+
+    @raise BrokerError: the broker answered the OPEN with anything but OK.
+    """
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    probe = context.socket(zmq.DEALER)
+    probe.setsockopt(zmq.LINGER, 0)
+    if plain is not None:
+        probe.setsockopt_string(zmq.PLAIN_USERNAME, plain[0])
+        probe.setsockopt_string(zmq.PLAIN_PASSWORD, plain[1])
+    if curve is not None:
+        probe.setsockopt_string(zmq.CURVE_SERVERKEY, curve[0])
+        probe.setsockopt_string(zmq.CURVE_PUBLICKEY, curve[1])
+        probe.setsockopt_string(zmq.CURVE_SECRETKEY, curve[2])
+    try:
+        probe.connect(endpoint)
+        while True:
+            # Never blocking: a connection refused (a PLAIN or CURVE handshake
+            # that failed) leaves the DEALER no pipe, and a blocking send would
+            # wait there for ever instead of giving up at the deadline.
+            with contextlib.suppress(zmq.Again):
+                probe.send_multipart(mlm.encode(mlm.ConnectionOpen()), zmq.NOBLOCK)
+            if probe.poll(500):
+                reply = mlm.decode(probe.recv_multipart())
+                if reply != mlm.Ok():
+                    raise BrokerError(f"broker answered the probe's OPEN with {reply}")
+                break
+            check()
+        with contextlib.suppress(zmq.Again):
+            probe.send_multipart(mlm.encode(mlm.ConnectionClose()), zmq.NOBLOCK)
+        probe.poll(1000)  # its OK; not waiting for it is harmless
+    finally:
+        probe.close(linger=0)
+        context.term()
+
+
+def probe_main() -> None:
+    """
+    The readiness probe as a process of its own (run inside a broker's
+    network namespace): reads C{{"endpoint", "plain", "curve", "timeout"}}
+    as JSON from stdin, exits 0 once the broker has answered OK, else 1
+    with the reason on stderr.
+    """
+    request = json.load(sys.stdin)
+    deadline = time.monotonic() + float(request["timeout"])
+
+    def check() -> None:
+        if time.monotonic() > deadline:
+            raise BrokerError("broker did not serve in time")
+
+    plain, curve = request.get("plain"), request.get("curve")
+    try:
+        open_connection(
+            request["endpoint"],
+            plain=None if plain is None else (plain[0], plain[1]),
+            curve=None if curve is None else (curve[0], curve[1], curve[2]),
+            check=check,
+        )
+    except BrokerError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
+
+
+_PROBE = "from malamute_pack.bench.brokerprocess import probe_main; probe_main()"
 
 
 class BrokerProcess:
@@ -97,6 +220,8 @@ class BrokerProcess:
         default, C{malamute-data} in C{directory}.
     @ivar log: where its stdout and stderr go, its log lines included.
     @ivar profile: where cProfile writes its statistics, if it runs under it.
+    @ivar netns: the network namespace it runs in, or None for this
+        process's.
     @ivar process: the running process, or None.
     """
 
@@ -113,6 +238,7 @@ class BrokerProcess:
         log: Path | None = None,
         plain: tuple[str, str] | None = None,
         curve: tuple[str, str, str] | None = None,
+        netns: str | None = None,
     ) -> None:
         """
         @param bind: the endpoint to bind: one with a C{*} port (such as
@@ -127,6 +253,8 @@ class BrokerProcess:
         @param curve: the keys of the readiness probe, for a broker that
             requires CURVE: the broker's public key, the probe's public
             and secret keys (Z85).
+        @param netns: the network namespace to run it in (see the module);
+            by default this process's.
         """
         self.directory = directory.resolve()
         self._data_dir_given = data_dir is not None
@@ -138,6 +266,7 @@ class BrokerProcess:
         self.log = log or self.directory / "broker.log"
         self.plain = plain
         self.curve = curve
+        self.netns = netns
         self.process: subprocess.Popen[bytes] | None = None
         self._bind = bind or fresh_ipc_endpoint()
         self._endpoint: str | None = None
@@ -166,7 +295,7 @@ class BrokerProcess:
             if self.profile is not None
             else []
         )
-        return twistd_command(
+        command = twistd_command(
             "--nodaemon",
             "--pidfile=",
             *profiler,
@@ -177,6 +306,7 @@ class BrokerProcess:
             *([] if self.journal else ["--no-journal"]),
             *self.args,
         )
+        return command if self.netns is None else netns_command(self.netns, command)
 
     def start(self, timeout: float = 30.0) -> None:
         """
@@ -258,35 +388,53 @@ class BrokerProcess:
 
     def _probe(self, deadline: float) -> None:
         """
-        Open a connection from a throwaway DEALER until the broker answers,
-        then close it: whatever answers arrive late go to that socket, not
-        to a test's or the load's own.
+        Wait until the broker answers CONNECTION_OPEN (L{open_connection}):
+        from this process, or for a broker in a network namespace from a
+        probe process in that namespace, killed if the broker dies first.
         """
-        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        probe = context.socket(zmq.DEALER)
-        probe.setsockopt(zmq.LINGER, 0)
-        if self.plain is not None:
-            probe.setsockopt_string(zmq.PLAIN_USERNAME, self.plain[0])
-            probe.setsockopt_string(zmq.PLAIN_PASSWORD, self.plain[1])
-        if self.curve is not None:
-            probe.setsockopt_string(zmq.CURVE_SERVERKEY, self.curve[0])
-            probe.setsockopt_string(zmq.CURVE_PUBLICKEY, self.curve[1])
-            probe.setsockopt_string(zmq.CURVE_SECRETKEY, self.curve[2])
+        if self.netns is None:
+            open_connection(
+                self.endpoint,
+                plain=self.plain,
+                curve=self.curve,
+                check=lambda: self._check_running(deadline, "serve"),
+            )
+            return
+        request = {
+            "endpoint": self.endpoint,
+            "plain": self.plain,
+            "curve": self.curve,
+            "timeout": max(0.0, deadline - time.monotonic()),
+        }
+        probe = subprocess.Popen(
+            python_command(self.netns, "-c", _PROBE),
+            env=checkout_environment(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            probe.connect(self.endpoint)
-            while True:
-                probe.send_multipart(mlm.encode(mlm.ConnectionOpen()))
-                if probe.poll(500):
-                    reply = mlm.decode(probe.recv_multipart())
-                    if reply != mlm.Ok():
-                        raise BrokerError(f"broker answered the probe's OPEN with {reply}")
-                    break
-                self._check_running(deadline, "serve")
-            probe.send_multipart(mlm.encode(mlm.ConnectionClose()))
-            probe.poll(1000)  # its OK; not waiting for it is harmless
+            assert probe.stdin is not None
+            probe.stdin.write(json.dumps(request))
+            probe.stdin.close()
+            while probe.poll() is None:
+                # The probe gives up at the deadline itself, saying why; the
+                # grace only guards against a probe that hangs.
+                self._check_running(deadline + 5.0, "serve")
+                time.sleep(0.02)
         finally:
-            probe.close(linger=0)
-            context.term()
+            if probe.poll() is None:
+                os.kill(probe.pid, signal.SIGKILL)
+            assert probe.stderr is not None
+            reason = probe.stderr.read()
+            probe.stderr.close()
+            probe.wait()
+        if probe.returncode != 0:
+            raise BrokerError(
+                f"the probe in {self.netns} failed ({probe.returncode}): "
+                f"{reason.strip()}\n{self.log_text()}"
+            )
 
     def kill(self) -> None:
         """SIGKILL it by its pid and reap it (a no-op if it is not running)."""

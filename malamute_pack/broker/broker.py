@@ -27,6 +27,7 @@ from twisted.logger import Logger
 from malamute_pack.broker.access import AccessControl, Right
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
+from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.letters import Kind
 from malamute_pack.broker.limits import Limits, check_name
 from malamute_pack.broker.log_limit import LogLimit
@@ -118,7 +119,9 @@ class Broker:
         self.config = config
         self.limits = config.limits
         self.store = store
-        self.registry = Registry()
+        # What local clients read, hold and offer: what a pack announces.
+        self.interests = Interests()
+        self.registry = Registry(self.interests)
         self.counters = BrokerCounters()
         self.stalled = Stalled(clock, config.stall_retry, self._unstall)
         self.streams = Streams(
@@ -128,9 +131,16 @@ class Broker:
             config.match_cache,
             config.replay_batch,
             config.limits.max_subject,
+            self.interests,
         )
         self.post = PostOffice(
-            clock, store, config.limits, config.match_cache, self.registry, self.stalled
+            clock,
+            store,
+            config.limits,
+            config.match_cache,
+            self.registry,
+            self.stalled,
+            self.interests,
         )
         # The state table with every action bound to its method, once.
         self._rows: dict[tuple[State, EventType], _BoundRow] = {
@@ -210,6 +220,28 @@ class Broker:
         )
         self.counters.unresponsive_clients += 1
         self.receive(session, Unresponsive(reason))
+
+    # Peer brokers (the pack): their sessions are not clients
+
+    def attach_remote(self, session: Session, address: str = "") -> Connection | None:
+        """
+        Register a connection for a session of the pack (a peer broker, or
+        an address or service held there): no access control and no client
+        limit apply (the peer checked its own clients). An address a local
+        client holds stays with it: None, nothing registered.
+        """
+        if address and self.registry.holder(address) is not None:
+            return None
+        connection = Connection(session, address, self._clock.seconds(), remote=True)
+        self.registry.add(connection)
+        return connection
+
+    def detach_remote(self, session: Session) -> None:
+        """End the connection of a session of the pack, as if it had closed."""
+        connection = self.registry.get(session)
+        if connection is not None:
+            self.action_deregister(session, mlm.ConnectionClose())
+            connection.state = State.GONE
 
     def _fire(self, connection: Connection, event: InternalEvent) -> None:
         """Run an internal event on an open connection."""
@@ -426,7 +458,8 @@ class Broker:
         if self._deaf:
             return
         limit = self._clock.seconds() - self.config.timeout
-        for connection in [c for c in self.registry if c.last_seen < limit]:
+        # A pack session lives as long as its peer (ZRE's own timers say).
+        for connection in [c for c in self.registry if c.last_seen < limit and not c.remote]:
             _log.info(
                 "{connection} expired after {timeout}s of silence",
                 connection=connection,

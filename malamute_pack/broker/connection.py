@@ -43,6 +43,14 @@ class Connection:
         so the least recently served worker gets the next one.
     @ivar stalled: its session could not take the last delivery: nothing
         more is pushed at it until it is retried (L{Stalled}).
+    @ivar remote: it stands for a peer broker of the pack, or for an address
+        or a service held there (L{malamute_pack.pack}), not for a client
+        of this broker: it is never announced to peers, takes only what was
+        first written here, and gets service requests only when no local
+        worker can.
+    @ivar history: the streams it asked to read from a position (earliest,
+        a sequence number or a time): records a peer replays from its
+        history reach it live; a reader from the latest never gets them.
     """
 
     session: Session
@@ -60,6 +68,8 @@ class Connection:
     last_dispatch: int = 0
     dropped: int = 0
     stalled: bool = False
+    remote: bool = False
+    history: set[str] = field(default_factory=set)
 
     @property
     def gone(self) -> bool:

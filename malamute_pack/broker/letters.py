@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -66,6 +66,9 @@ class Letter:
     # Bytes it counts against the broker's letter budget until done with.
     charged: int = 0
     lease_until: float | None = None
+    # A service request a peer broker handed over: given only to local
+    # workers (one hop), and this is called once it is done with here.
+    relay: Callable[[Letter], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.size = sum(len(frame) for frame in self.content)

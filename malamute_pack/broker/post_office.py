@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.deadlines import Deadlines, Leases
 from malamute_pack.broker.errors import Refused
+from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.letters import Kind, Letter, LetterQueue, LetterState, QueueFull
 from malamute_pack.broker.limits import Limits, check_name, longer_than
 from malamute_pack.broker.log_limit import LogLimit
@@ -84,8 +85,11 @@ class PostOffice:
         match_cache: int,
         registry: Registry,
         stalled: Stalled,
+        interests: Interests | None = None,
     ) -> None:
         self._clock = clock
+        # Told of local workers' offers (the pack announces them to peers).
+        self._interests = interests
         # Clients decide how many letters expire or outlive a lease: a
         # line per letter would let them fill the log.
         self._log_limit = LogLimit(clock, _log)
@@ -147,15 +151,27 @@ class PostOffice:
 
     # Posting
 
-    def post(self, kind: Kind, sender: Connection, message: LetterMessage) -> Outcome:
+    def post(
+        self,
+        kind: Kind,
+        sender: Connection,
+        message: LetterMessage,
+        on_behalf_of: str | None = None,
+        relay: Callable[[Letter], None] | None = None,
+    ) -> Outcome:
         """
         Take a letter from C{sender}: store it, settle its receipt once it
         is durable (or at once if refused), and deliver it if its recipient
         can take it now.
+
+        @param on_behalf_of: the letter's sender address when C{sender} is
+            a peer broker handing over a letter of one of its clients.
+        @param relay: for a service request a peer broker handed over:
+            called once it is done with here (see L{Letter.relay}).
         """
         receipt = sender.receipts.expect(message.tracker)
         try:
-            letter = self._accept(kind, sender, message, receipt)
+            letter = self._accept(kind, sender, message, receipt, on_behalf_of, relay)
         except Refused as e:
             self._settle(sender, receipt, 0, e.code, e.reason)
             return Outcome(Posted.REFUSED, refusal=e)
@@ -176,7 +192,13 @@ class PostOffice:
         self._settle(sender, receipt, 0, refusal.code, refusal.reason)
 
     def _accept(
-        self, kind: Kind, sender: Connection, message: LetterMessage, receipt: Receipt
+        self,
+        kind: Kind,
+        sender: Connection,
+        message: LetterMessage,
+        receipt: Receipt,
+        on_behalf_of: str | None = None,
+        relay: Callable[[Letter], None] | None = None,
     ) -> Letter:
         limits = self._limits
         check_name(f"{kind.value} address", message.address, limits.max_address)
@@ -186,13 +208,14 @@ class PostOffice:
         letter = Letter(
             0,
             kind,
-            sender.address,
+            sender.address if on_behalf_of is None else on_behalf_of,
             message.address,
             message.subject,
             message.tracker,
             message.content,
             deadline,
             sender.session,
+            relay=relay,
         )
         cost = letter.size + LETTER_OVERHEAD
         if self.letter_bytes + cost > limits.letters_max_bytes:
@@ -281,7 +304,8 @@ class PostOffice:
             return
         for letter in list(service.queue):
             # A worker that cannot take it is stalled, so the next pick is another.
-            while (worker := service.pick_worker(letter.subject)) is not None:
+            local_only = letter.relay is not None
+            while (worker := service.pick_worker(letter.subject, local_only)) is not None:
                 if self._hand_over(worker, letter):
                     self._dispatches += 1
                     worker.last_dispatch = self._dispatches
@@ -331,6 +355,40 @@ class PostOffice:
         self._done(letter)
         if self._store is not None:
             self._store.remove_queued(letter.id)
+        if letter.relay is not None:
+            relay, letter.relay = letter.relay, None
+            relay(letter)
+
+    # Letters handed to a peer broker (a remote connection holds them)
+
+    def passed_on(self, holder: Connection, letter_id: int) -> bool:
+        """
+        The peer broker behind C{holder} has the letter C{letter_id} now
+        (stored durably there, or finished by a worker there): it is done
+        with here, and its sender hears nothing of it from here. False if
+        C{holder} does not hold it.
+        """
+        letter = holder.held.pop(letter_id, None)
+        if letter is None:
+            return False
+        self._forget(letter)
+        letter.holder = None
+        letter.lease_until = None
+        return True
+
+    def taken_back(self, holder: Connection, letter_id: int) -> bool:
+        """
+        The peer broker behind C{holder} refused the letter C{letter_id}
+        (its queue was full...): back at the front of its queue here, for
+        whoever can take it next. False if C{holder} does not hold it.
+        """
+        letter = holder.held.pop(letter_id, None)
+        if letter is None:
+            return False
+        service = self._requeue(letter)
+        if service is not None:
+            self.dispatch(service)
+        return True
 
     def _done(self, letter: Letter) -> None:
         """C{letter} is done with: its bytes go back to the budget, its content is dropped."""
@@ -428,10 +486,27 @@ class PostOffice:
         service = self.service(name)
         if service.offers.subscribe(worker, pattern):
             worker.offers.setdefault(name, set()).add(pattern)
+            if self._interests is not None and not worker.remote:
+                self._interests.offered(name, pattern, 1)
+
+    def unoffer(self, worker: Connection, name: str, pattern: str) -> None:
+        """Withdraw one offer of C{worker} (all of them: L{withdraw})."""
+        patterns = worker.offers.get(name)
+        if not patterns or pattern not in patterns:
+            return
+        patterns.discard(pattern)
+        if not patterns:
+            del worker.offers[name]
+        self.services[name].offers.unsubscribe(worker, pattern)
+        if self._interests is not None and not worker.remote:
+            self._interests.offered(name, pattern, -1)
 
     def withdraw(self, worker: Connection) -> None:
-        for name in worker.offers:
+        for name, patterns in worker.offers.items():
             self.services[name].offers.unsubscribe_owner(worker)
+            if self._interests is not None and not worker.remote:
+                for pattern in patterns:
+                    self._interests.offered(name, pattern, -1)
         worker.offers.clear()
 
     # Time: deadlines of queued letters, leases of held service requests

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from malamute_pack.broker.connection import Connection
+from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.session import Session
 
 
@@ -22,7 +23,9 @@ class Registry:
     @ivar holder: the open connection that holds an address, or None.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, interests: Interests | None = None) -> None:
+        # Told of every address a local client opens and closes.
+        self._interests = interests
         self._by_session: dict[Session, Connection] = {}
         self._by_address: dict[str, Connection] = {}
         # Looked up for every message: the dict's own method, no wrapper.
@@ -49,6 +52,8 @@ class Registry:
         if connection.address:
             assert connection.address not in self._by_address, connection.address
             self._by_address[connection.address] = connection
+            if self._interests is not None and not connection.remote:
+                self._interests.opened(connection.address)
         session.attached()
 
     def remove(self, connection: Connection) -> bool:
@@ -59,5 +64,7 @@ class Registry:
         del self._by_session[session]
         if connection.address and self._by_address.get(connection.address) is connection:
             del self._by_address[connection.address]
+            if self._interests is not None and not connection.remote:
+                self._interests.closed(connection.address)
         session.detached()
         return True

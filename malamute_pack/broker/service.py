@@ -24,15 +24,25 @@ class Service:
         self.queue = LetterQueue(f"service {name!r}", max_messages, max_bytes)
         self.offers: SubscriptionIndex[Connection] = SubscriptionIndex(cache_size)
 
-    def pick_worker(self, subject: str) -> Connection | None:
+    def pick_worker(self, subject: str, local_only: bool = False) -> Connection | None:
         """
         The worker to get a request with C{subject}: of those whose offer
-        matches and that have credit, the one served least recently (first
-        come, first served, then in turn).
+        matches and that have credit, a local one before a peer broker's
+        (a remote connection), and among those the one served least
+        recently (first come, first served, then in turn).
+
+        @param local_only: never a peer broker's (for a request a peer
+            already forwarded here: one hop).
         """
         best: Connection | None = None
         for worker in self.offers.match(subject):
-            if worker.can_take() and (best is None or worker.last_dispatch < best.last_dispatch):
+            if not worker.can_take() or (local_only and worker.remote):
+                continue
+            if (
+                best is None
+                or (best.remote and not worker.remote)
+                or (best.remote == worker.remote and worker.last_dispatch < best.last_dispatch)
+            ):
                 best = worker
         return best
 

@@ -24,8 +24,16 @@ class StreamRecord(NamedTuple):
     is delivered, live or from the journal. (A named tuple: one is made for
     every message written, and it is the cheapest immutable record.)
 
+    A record a peer broker forwarded has this broker's own C{seq} and
+    remembers where it was first written: C{origin} and C{origin_seq}. A
+    record written here has the defaults, C{""} and C{0}.
+
+    @ivar seq: its sequence number in this broker's copy of the stream.
     @ivar timestamp: when the broker took it, in epoch seconds.
     @ivar sender: the writer's address ("" for an anonymous writer).
+    @ivar origin: the id of the broker it was first written on; "" for this
+        broker (a local write).
+    @ivar origin_seq: its sequence number on C{origin}; 0 for a local write.
     """
 
     stream: str
@@ -34,6 +42,8 @@ class StreamRecord(NamedTuple):
     sender: str
     subject: str
     content: Sequence[bytes]
+    origin: str = ""
+    origin_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +86,20 @@ class Store(Protocol):
     """
 
     def append_stream(
-        self, stream: str, sender: str, subject: str, content: Sequence[bytes], timestamp: float
+        self,
+        stream: str,
+        sender: str,
+        subject: str,
+        content: Sequence[bytes],
+        timestamp: float,
+        origin: str = "",
+        origin_seq: int = 0,
     ) -> int:
-        """Journal a stream message; its sequence number, assigned now."""
+        """
+        Journal a stream message; its sequence number here, assigned now. A
+        message forwarded by a peer broker gives C{origin} (that broker's
+        id) and C{origin_seq} (its sequence number there), read back with it.
+        """
 
     def first_seq(self, stream: str) -> int:
         """The first sequence number still retained (last + 1 for none)."""

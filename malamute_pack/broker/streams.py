@@ -22,6 +22,7 @@ Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 from twisted.internet.interfaces import IReactorTime
@@ -30,6 +31,7 @@ from twisted.python.failure import Failure
 
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
+from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.limits import longer_than
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.store import Store, StreamRecord
@@ -69,8 +71,11 @@ class Streams:
         match_cache: int,
         replay_batch: int,
         max_subject: int = 255,
+        interests: Interests | None = None,
     ) -> None:
         self._clock = clock
+        # Told of local readers' patterns (the pack announces them to peers).
+        self._interests = interests
         self._stalled = stalled
         self._store = store
         self._match_cache = match_cache
@@ -96,20 +101,44 @@ class Streams:
         stream = self.require(name)
         if stream.readers.subscribe(connection, pattern):
             connection.reading.setdefault(name, set()).add(pattern)
+            if self._interests is not None and not connection.remote:
+                self._interests.read(name, pattern)
 
     def cancel(self, connection: Connection, name: str) -> None:
         stream = self.streams.get(name)
         connection.behind.pop(name, None)
-        if connection.reading.pop(name, None) is not None and stream is not None:
+        connection.history.discard(name)
+        patterns = connection.reading.pop(name, None)
+        if patterns is not None and stream is not None:
             stream.readers.unsubscribe_owner(connection)
+            self._unread(connection, name, patterns)
+
+    def unsubscribe(self, connection: Connection, name: str, pattern: str) -> None:
+        """Drop one pattern of C{connection} on C{name} (all of them: L{cancel})."""
+        patterns = connection.reading.get(name)
+        if not patterns or pattern not in patterns:
+            return
+        if len(patterns) == 1:
+            self.cancel(connection, name)
+            return
+        patterns.discard(pattern)
+        self.streams[name].readers.unsubscribe(connection, pattern)
+        self._unread(connection, name, {pattern})
 
     def forget(self, connection: Connection) -> None:
         """Drop every reading of a connection that is gone."""
-        for name in connection.reading:
+        for name, patterns in connection.reading.items():
             self.streams[name].readers.unsubscribe_owner(connection)
+            self._unread(connection, name, patterns)
         connection.reading.clear()
         connection.behind.clear()
+        connection.history.clear()
         connection.writer = None
+
+    def _unread(self, connection: Connection, name: str, patterns: set[str]) -> None:
+        if self._interests is not None and not connection.remote:
+            for pattern in patterns:
+                self._interests.unread(name, pattern)
 
     # Writing and live delivery
 
@@ -121,10 +150,51 @@ class Streams:
         subject = message.subject
         if len(subject) * 4 > self._max_subject and longer_than(subject, self._max_subject):
             raise Refused(f"invalid subject: longer than {self._max_subject} bytes")
-        now = self._clock.seconds()
+        self._publish(stream, writer, self._clock.seconds(), subject, message.content)
+
+    def write_forwarded(
+        self,
+        peer: Connection,
+        name: str,
+        record: StreamRecord,
+        history: bool,
+    ) -> None:
+        """
+        Journal and deliver a record that a peer broker forwarded (its
+        C{origin} and C{origin_seq} set): it gets this broker's next
+        sequence number on C{name}. A record of the peer's C{history}
+        reaches live only the readers that asked for history.
+        """
+        self._publish(
+            self.require(name),
+            peer,
+            record.timestamp,
+            record.subject,
+            record.content,
+            record.sender,
+            record.origin,
+            record.origin_seq,
+            history,
+        )
+
+    def _publish(
+        self,
+        stream: Stream,
+        writer: Connection,
+        now: float,
+        subject: str,
+        content: Sequence[bytes],
+        sender: str | None = None,
+        origin: str = "",
+        origin_seq: int = 0,
+        history: bool = False,
+    ) -> None:
+        """Journal a record on C{stream} and deliver it to the live readers it matches."""
         name = stream.name
+        if sender is None:
+            sender = writer.address
         if self._store is not None:
-            seq = self._store.append_stream(name, writer.address, subject, message.content, now)
+            seq = self._store.append_stream(name, sender, subject, content, now, origin, origin_seq)
         else:
             seq = self._last_seq.get(name, 0) + 1
             self._last_seq[name] = seq
@@ -132,10 +202,12 @@ class Streams:
         readers = stream.readers.match(subject)
         if not readers:
             return
-        record = _new_record((name, seq, now, writer.address, subject, message.content))
+        record = _new_record((name, seq, now, sender, subject, content, origin, origin_seq))
         delivered = 0
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
+                continue
+            if history and name not in reader.history:
                 continue
             credit = reader.credit
             if reader.stalled or (credit is not None and credit <= 0):
@@ -174,6 +246,9 @@ class Streams:
         self.subscribe(connection, name, pattern)
         if store is None or whence == mlm.LATEST:
             return
+        connection.history.add(name)
+        if self._interests is not None and not connection.remote:
+            self._interests.history(name, pattern, whence, pos)
         behind = connection.behind
         if whence == mlm.EARLIEST:
             behind[name] = store.first_seq(name)

@@ -20,7 +20,7 @@ journal itself, such as a full disk, which fail a whole batch).
 
 Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
 ``tests/test_journal_durability.py``, ``tests/test_journal_disk_full.py``,
-``tests/test_journal_isolation.py``.
+``tests/test_journal_isolation.py``, ``tests/test_journal_origin.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -347,16 +348,28 @@ class Journal:
     # Streams.
 
     def append_stream(
-        self, stream: str, sender: str, subject: str, content: Sequence[bytes], timestamp: float
+        self,
+        stream: str,
+        sender: str,
+        subject: str,
+        content: Sequence[bytes],
+        timestamp: float,
+        origin: str = "",
+        origin_seq: int = 0,
     ) -> int:
-        """Journal a stream message; return its sequence number (assigned now)."""
+        """
+        Journal a stream message; return its sequence number (assigned now).
+        A message a peer broker forwarded gives ``origin`` (that broker's
+        id) and ``origin_seq`` (its sequence number there); a local write
+        leaves them "" and 0.
+        """
         writer = self._open_writer()
         self._pending += 1
         seq = self._next_seq.get(stream, 1)
         self._next_seq[stream] = seq + 1
         if stream not in self._first_seq:
             self._first_seq[stream] = seq
-        row = stream_row(stream, seq, timestamp, sender, subject, content)
+        row = stream_row(stream, seq, timestamp, sender, subject, content, origin, origin_seq)
         tail = self._tails.get(stream)
         if tail is None:
             tail = self._tails[stream] = deque()
@@ -422,16 +435,49 @@ class Journal:
         assert self._reader is not None
         try:
             rows = self._reader.execute(
-                "SELECT seq, ts, sender, subject, content FROM stream_messages "
-                "WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                "SELECT seq, ts, sender, subject, content, origin, origin_seq "
+                "FROM stream_messages WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
                 (stream, from_seq, limit),
             )
         except UnicodeEncodeError:
             return []
         return [
-            StreamRecord(stream, seq, ts, sender, subject, decode_frames(content))
-            for seq, ts, sender, subject, content in rows
+            StreamRecord(stream, seq, ts, sender, subject, decode_frames(content), origin, oseq)
+            for seq, ts, sender, subject, content, origin, oseq in rows
         ]
+
+    def origin_marks(self) -> dict[tuple[str, str], int]:
+        """
+        Per (stream, origin) of the forwarded records still retained, the
+        highest ``origin_seq``: how far each peer's copy has been received,
+        so a receiver can drop what a peer sends again. Records not yet
+        committed count too.
+
+        A startup call: it blocks on the disk (a query on its own
+        connection, answered from the partial origin index), so make it
+        once, after :meth:`open`, before traffic flows. Marks come from the
+        records themselves: an origin whose records retention has pruned
+        entirely is forgotten (no mark), so its peer resends from its own
+        retained history and the receiver dedupes by the mark of what it
+        journals again.
+        """
+        self._open_writer()
+        try:
+            with closing(sqlite3.connect(self._path, isolation_level=None)) as conn:
+                conn.execute("PRAGMA busy_timeout = 10000")
+                conn.execute("PRAGMA query_only = ON")
+                marks = _committed_origin_marks(conn)
+        except sqlite3.Error as exc:
+            raise JournalError.wrap(exc, self._path, "reading origin marks") from exc
+        # The tail leaves memory only in this thread, after its commit: a
+        # row is in the tail, in what the query saw, or both.
+        for tail in self._tails.values():
+            for row in tail:
+                if row[7]:
+                    key = (row[0], row[7])
+                    if row[8] > marks.get(key, 0):
+                        marks[key] = row[8]
+        return marks
 
     # Runs on the reader thread.
     def _select_seq_at_time(self, stream: str, t: float) -> int | None:
@@ -654,6 +700,43 @@ class Journal:
             self.on_error(error)
         except Exception:
             _log.failure("journal on_error callback failed")
+
+
+# Each query names the origin index's condition (origin != ''): SQLite uses
+# a partial index only for a query whose WHERE holds that term.
+_FIRST_ORIGIN = (
+    "SELECT stream, origin FROM stream_messages WHERE origin != '' ORDER BY stream, origin LIMIT 1"
+)
+_ORIGIN_MARK = (
+    "SELECT max(origin_seq) FROM stream_messages WHERE origin != '' AND stream = ? AND origin = ?"
+)
+# The pair after (stream, origin, its mark). All three columns: a seek past
+# (stream, origin) alone steps over each of that pair's entries.
+_NEXT_ORIGIN = (
+    "SELECT stream, origin FROM stream_messages WHERE origin != '' "
+    "AND (stream, origin, origin_seq) > (?, ?, ?) ORDER BY stream, origin, origin_seq LIMIT 1"
+)
+
+
+def _committed_origin_marks(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
+    """
+    The highest origin_seq per (stream, origin) committed on ``conn``, in
+    one read transaction. It seeks from one pair to the next in the origin
+    index, two lookups each: the cost grows with the number of pairs, not
+    with the number of forwarded records (a GROUP BY reads every entry).
+    """
+    marks: dict[tuple[str, str], int] = {}
+    conn.execute("BEGIN")
+    try:
+        pair = conn.execute(_FIRST_ORIGIN).fetchone()
+        while pair is not None:
+            stream, origin = pair
+            (mark,) = conn.execute(_ORIGIN_MARK, (stream, origin)).fetchone()
+            marks[stream, origin] = mark
+            pair = conn.execute(_NEXT_ORIGIN, (stream, origin, mark)).fetchone()
+    finally:
+        conn.execute("COMMIT")
+    return marks
 
 
 def _merge_tail(

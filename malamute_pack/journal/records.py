@@ -27,20 +27,31 @@ _MAX_FRAME: Final = 0xFFFFFFFF
 
 # A stream message as the writer inserts it, built once in the reactor thread
 # so the writer thread does no per-message Python work beyond binding it:
-# (stream, seq, timestamp, sender, subject, content BLOB, BLOB size).
-StreamRow: TypeAlias = tuple[str, int, float, str, str, bytes, int]
+# (stream, seq, timestamp, sender, subject, content BLOB, BLOB size, origin,
+# origin_seq), in the order of the writer's INSERT columns.
+StreamRow: TypeAlias = tuple[str, int, float, str, str, bytes, int, str, int]
 
 
 def stream_row(
-    stream: str, seq: int, timestamp: float, sender: str, subject: str, content: Sequence[bytes]
+    stream: str,
+    seq: int,
+    timestamp: float,
+    sender: str,
+    subject: str,
+    content: Sequence[bytes],
+    origin: str = "",
+    origin_seq: int = 0,
 ) -> StreamRow:
+    """The row for a stream message (C{origin} "" and C{origin_seq} 0 for a local write)."""
     blob = encode_frames(content)
-    return (stream, seq, timestamp, sender, subject, blob, len(blob))
+    return (stream, seq, timestamp, sender, subject, blob, len(blob), origin, origin_seq)
 
 
 def row_record(row: StreamRow) -> StreamRecord:
     """The L{StreamRecord} a L{StreamRow} stands for."""
-    return StreamRecord(row[0], row[1], row[2], row[3], row[4], decode_frames(row[5]))
+    return StreamRecord(
+        row[0], row[1], row[2], row[3], row[4], decode_frames(row[5]), row[7], row[8]
+    )
 
 
 def encode_frames(frames: Sequence[bytes]) -> bytes:

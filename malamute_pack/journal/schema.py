@@ -11,7 +11,13 @@ Tables:
 - ``stream_messages``: every retained stream message, primary key
   (stream, seq) so that range reads and prefix pruning walk one index;
   ``bytes`` is the stored content size that retention counts. Index
-  (stream, ts, seq) answers "first seq at or after a time".
+  (stream, ts, seq) answers "first seq at or after a time". ``origin`` and
+  ``origin_seq`` say where a record a peer broker forwarded was first
+  written (that broker's id and its sequence number there; ``''`` and 0
+  for a local write, the defaults, which journals made before these
+  columns get for every row). A partial index on (stream, origin,
+  origin_seq) covers forwarded records only, so local writes do not pay
+  for it; it answers "how far has each origin been received".
 - ``streams``: per stream, the highest sequence number ever assigned
   (survives pruning everything, so numbers are never reused) and the count
   and bytes retained, kept in step by the writer in the same transactions.
@@ -26,7 +32,7 @@ Tables:
   first to open it, :class:`malamute_pack.broker.access.Owners`), written
   and read by :mod:`malamute_pack.journal.owners`.
 
-Tests: ``tests/test_journal_schema.py``.
+Tests: ``tests/test_journal_schema.py``, ``tests/test_journal_origin.py``.
 """
 
 from __future__ import annotations
@@ -111,10 +117,28 @@ def _add_address_owners(db: Database) -> None:
     )
 
 
+ORIGIN_INDEX: Final = "stream_messages_origin"
+
+
+def _add_stream_origin(db: Database) -> None:
+    # ALTER TABLE ADD COLUMN keeps the table STRICT and fills every existing
+    # row with the default: a journal's old records are all local.
+    messages = db.table("stream_messages")
+    messages.add_column("origin", str, not_null_default="")
+    messages.add_column("origin_seq", int, not_null_default=0)
+    # sqlite-utils makes no partial index. The WHERE must stay as written:
+    # SQLite uses the index only for queries whose WHERE implies it.
+    db.execute(
+        f"CREATE INDEX {ORIGIN_INDEX} ON stream_messages (stream, origin, origin_seq) "
+        "WHERE origin != ''"
+    )
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
     _add_address_owners,
+    _add_stream_origin,
 )
 
 

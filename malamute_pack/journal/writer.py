@@ -54,8 +54,9 @@ from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
 DurableCallback: TypeAlias = Callable[[JournalError | None], None]
 
 _INSERT_STREAM: Final = (
-    "INSERT INTO stream_messages (stream, seq, ts, sender, subject, content, bytes) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO stream_messages "
+    "(stream, seq, ts, sender, subject, content, bytes, origin, origin_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # Rows per multi-row INSERT: SQLite inserts them in one step, so the GIL is
 # released once per chunk, not once per message (per-row release makes the

@@ -1,0 +1,262 @@
+"""
+The pack as one broker takes part in it: the ZRE node's events (a peer
+broker joined the pack's group, left it, whispered) turned into
+L{PeerBroker}s, and the local clients' interests, addresses and offers
+(L{malamute_pack.broker.interests}) announced to every peer broker, as a
+full resynchronisation when a peer joins and as deltas afterwards.
+
+Only peers that join the ZRE group named after the pack and speak our
+inter-broker protocol version federate. Forwarding is one hop over a full
+mesh: a record a peer forwarded here is delivered here only, never sent on.
+
+Socket-free: the node's whisper is a function it is given.
+
+Tests: ``tests/test_pack_federation.py``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from malamute_pack.broker.broker import Broker
+from malamute_pack.pack.outbox import PeerOutbox
+from malamute_pack.pack.peer_broker import Marks, PeerBroker
+from malamute_pack.protocol import mlm, packlink
+
+_log = Logger()
+
+# The HELLO headers a broker's ZRE node carries.
+HEADER_PACK = "X-MALAMUTE-PACK"
+HEADER_PROTOCOL = "X-MALAMUTE-PROTOCOL"
+PROTOCOL = str(packlink.VERSION)
+
+
+class ZrePeerInfo(Protocol):
+    """What the pack needs of a ZRE peer (L{malamute_pack.pack.node.ZrePeer})."""
+
+    uuid: bytes
+    name: str
+    headers: dict[str, str]
+
+
+# Whispers frames to the peer with a uuid; False if its link's queue is full.
+WhisperTo = Callable[[bytes, Sequence[bytes]], bool]
+
+
+@dataclass
+class PackCounters:
+    """What the pack has counted."""
+
+    malformed: int = 0
+    strangers: int = 0
+    incompatible: int = 0
+    joined: int = 0
+    left: int = 0
+    overflowed: int = 0
+
+
+class Pack:
+    """
+    This broker's part in a pack: the L{NodeEvents} of its ZRE node and
+    the L{InterestListener} of its model.
+
+    @ivar peers: the peer brokers of the pack, by ZRE uuid.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        clock: IReactorTime,
+        name: str,
+        broker_id: str,
+        whisper: WhisperTo,
+        marks: Marks,
+        outbox_limit: int = 100_000,
+    ) -> None:
+        """
+        @param name: the pack's name (the ZRE group its brokers join).
+        @param broker_id: this broker's stable id (its ZRE uuid in hex).
+        @param marks: the highest origin sequence number taken per (stream,
+            origin), from the journal at start (updated as records come).
+        """
+        self._broker = broker
+        self._clock = clock
+        self.name = name
+        self.broker_id = broker_id
+        self._whisper = whisper
+        self._marks = marks
+        self._outbox_limit = outbox_limit
+        self.peers: dict[bytes, PeerBroker] = {}
+        # Per origin, the letters its broker handed over lately (L{PeerBroker}).
+        self._recent: dict[str, OrderedDict[tuple[int, int], None]] = {}
+        self.counters = PackCounters()
+
+    def start(self) -> None:
+        self._broker.interests.listener = self
+
+    def stop(self) -> None:
+        self._broker.interests.listener = None
+        for uuid in list(self.peers):
+            self._remove(uuid)
+
+    # The ZRE node's events
+
+    def peer_entered(self, peer: ZrePeerInfo) -> None:
+        pass  # a pack member once it joins the pack's group
+
+    def peer_joined(self, peer: ZrePeerInfo, group: str) -> None:
+        if group != self.name or peer.uuid in self.peers:
+            return
+        if peer.headers.get(HEADER_PROTOCOL) != PROTOCOL:
+            self.counters.incompatible += 1
+            _log.warn(
+                "broker {name} joined pack {pack} speaking inter-broker protocol {version!r},"
+                " not {ours!r}: ignored",
+                name=peer.name,
+                pack=self.name,
+                version=peer.headers.get(HEADER_PROTOCOL),
+                ours=PROTOCOL,
+            )
+            return
+        self._add(peer)
+
+    def peer_left(self, peer: ZrePeerInfo, group: str) -> None:
+        if group == self.name:
+            self._remove(peer.uuid)
+
+    def peer_exited(self, peer: ZrePeerInfo) -> None:
+        self._remove(peer.uuid)
+
+    def peer_evasive(self, peer: ZrePeerInfo) -> None:
+        pass
+
+    def whispered(self, peer: ZrePeerInfo, content: list[bytes]) -> None:
+        member = self.peers.get(peer.uuid)
+        if member is None:
+            self.counters.strangers += 1
+            return
+        try:
+            message = packlink.decode(content)
+        except packlink.MalformedLink as e:
+            self.counters.malformed += 1
+            _log.info("malformed message from {peer}: {reason}", peer=member, reason=e)
+            return
+        if isinstance(message, packlink.Sync):
+            member.reset()
+        else:
+            member.receive(message)
+
+    def shouted(self, peer: ZrePeerInfo, group: str, content: list[bytes]) -> None:
+        pass
+
+    # Members
+
+    def _add(self, peer: ZrePeerInfo) -> None:
+        uuid = peer.uuid
+        origin = uuid.hex().upper()
+
+        def whisper(frames: Sequence[bytes]) -> bool:
+            return self._whisper(uuid, frames)
+
+        def overflow() -> None:
+            self.counters.overflowed += 1
+            _log.warn("pack peer {name} does not read what it is sent: dropped", name=peer.name)
+            self._clock.callLater(0, self._remove, uuid)
+
+        outbox = PeerOutbox(whisper, self._clock, overflow, self._outbox_limit)
+        member = PeerBroker(
+            self._broker,
+            self._clock,
+            origin,
+            peer.name,
+            outbox,
+            self._marks,
+            self._rehome,
+            self._recent.setdefault(origin, OrderedDict()),
+        )
+        self.peers[uuid] = member
+        self.counters.joined += 1
+        _log.info("pack {pack}: broker {name} joined", pack=self.name, name=peer.name)
+        self._resync(member)
+
+    def _remove(self, uuid: bytes) -> None:
+        member = self.peers.pop(uuid, None)
+        if member is None:
+            return
+        self.counters.left += 1
+        _log.info("pack {pack}: broker {name} left", pack=self.name, name=member.name)
+        member.close()
+
+    def _resync(self, member: PeerBroker) -> None:
+        """Tell C{member} everything, from scratch."""
+        send = member.outbox.send
+        send(packlink.encode(packlink.Sync(self.broker_id)))
+        interests = self._broker.interests
+        for stream, pattern in interests.readings():
+            send(packlink.encode(self._interest(member, stream, pattern)))
+        for address in interests.addresses():
+            send(packlink.encode(packlink.Address(address, 1)))
+        for service, pattern, workers in interests.offers():
+            send(packlink.encode(packlink.Offer(service, pattern, workers)))
+
+    def _interest(self, member: PeerBroker, stream: str, pattern: str) -> packlink.Interest:
+        """
+        Our readers' interest, as a (re)connected peer is told it: from
+        after the last record taken from it on that stream (none lost while
+        apart), or from now on if none was ever taken.
+        """
+        mark = self._marks.get((stream, member.origin))
+        if mark is None:
+            return packlink.Interest(stream, pattern)
+        return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
+
+    def _broadcast(self, message: packlink.LinkMessage) -> None:
+        if not self.peers:
+            return
+        frames = packlink.encode(message)
+        for member in self.peers.values():
+            member.outbox.send(frames)
+
+    def _rehome(self, address: str) -> None:
+        """Letters for C{address} go to whoever holds it now (a peer, if no local client)."""
+        if self._broker.registry.holder(address) is not None:
+            return
+        for member in self.peers.values():
+            if address in member.addresses and member.hold_address(address):
+                return
+
+    # The model's interests (InterestListener)
+
+    def reading_started(self, stream: str, pattern: str) -> None:
+        self._broadcast(packlink.Interest(stream, pattern))
+
+    def reading_stopped(self, stream: str, pattern: str) -> None:
+        self._broadcast(packlink.Uninterest(stream, pattern))
+
+    def history_wanted(self, stream: str, pattern: str, whence: int, position: int) -> None:
+        for member in self.peers.values():
+            mark = self._marks.get((stream, member.origin))
+            if mark is not None:
+                message = packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1, 1)
+            elif whence == mlm.TIME:
+                message = packlink.Interest(stream, pattern, packlink.TIME, position, 1)
+            else:
+                # A sequence number here means nothing there: all it holds.
+                message = packlink.Interest(stream, pattern, packlink.EARLIEST, 0, 1)
+            member.outbox.send(packlink.encode(message))
+
+    def address_opened(self, address: str) -> None:
+        self._broadcast(packlink.Address(address, 1))
+
+    def address_closed(self, address: str) -> None:
+        self._broadcast(packlink.Address(address, 0))
+        self._rehome(address)
+
+    def offers_changed(self, service: str, pattern: str, workers: int) -> None:
+        self._broadcast(packlink.Offer(service, pattern, workers))

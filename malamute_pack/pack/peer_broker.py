@@ -1,0 +1,373 @@
+"""
+One peer broker of the pack, as this broker sees it: what it announced
+(the streams and patterns its readers read, the addresses its clients
+hold, the services its workers offer) made into connections of the broker
+model (L{malamute_pack.pack.sessions}), and what it sends applied to the
+model: forwarded records written to the local copy of their stream (once:
+a record at or below the highest sequence number already taken from that
+origin is a duplicate), letters posted here on behalf of its clients, and
+its answers for the letters handed to it.
+
+Tests: ``tests/test_pack_federation.py``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from malamute_pack.broker.broker import Broker
+from malamute_pack.broker.connection import Connection
+from malamute_pack.broker.errors import Refused
+from malamute_pack.broker.letters import Kind, Letter
+from malamute_pack.broker.limits import check_name
+from malamute_pack.broker.store import StreamRecord
+from malamute_pack.pack.outbox import PeerOutbox
+from malamute_pack.pack.sessions import PeerSession, RemoteHolder
+from malamute_pack.protocol import mlm, packlink
+
+_log = Logger()
+
+# Letters handed over by a peer that are remembered, so that one it hands
+# over again (it lost our answer) is not stored twice.
+RECENT_RELAYS = 100_000
+
+# Highest origin sequence number taken, by (stream, origin).
+Marks = MutableMapping[tuple[str, str], int]
+
+
+@dataclass
+class PeerCounters:
+    """What one peer link has counted."""
+
+    forwarded_in: int = 0
+    duplicates: int = 0
+    letters_in: int = 0
+    letters_repeated: int = 0
+    refused: int = 0
+
+
+class PeerBroker:
+    """
+    One peer broker: its sessions in the model and its messages applied.
+
+    @ivar origin: the peer's stable broker id, what records it forwards are
+        journaled with.
+    @ivar addresses: the addresses its clients hold.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        clock: IReactorTime,
+        origin: str,
+        name: str,
+        outbox: PeerOutbox,
+        marks: Marks,
+        on_addresses: Callable[[str], None],
+        recent: OrderedDict[tuple[int, int], None] | None = None,
+    ) -> None:
+        """
+        @param on_addresses: called with an address this peer stopped
+            holding, or whose holding here may have to move (the pack
+            finds who holds it now).
+        """
+        self._broker = broker
+        self._clock = clock
+        self.origin = origin
+        self.name = name
+        self.outbox = outbox
+        self._marks = marks
+        self._on_addresses = on_addresses
+        self.session = PeerSession(name, outbox)
+        connection = broker.attach_remote(self.session)
+        assert connection is not None
+        self.session.connection = self.connection = connection
+        self.addresses: set[str] = set()
+        self.mailboxes: dict[str, RemoteHolder] = {}
+        self.workers: dict[str, RemoteHolder] = {}
+        self._offered: dict[tuple[str, str], int] = {}
+        # The letters it handed over lately (kept by the pack across a
+        # partition: the peer hands over again what it heard no answer for).
+        self._recent: OrderedDict[tuple[int, int], None] = (
+            OrderedDict() if recent is None else recent
+        )
+        self.counters = PeerCounters()
+
+    def __repr__(self) -> str:
+        return f"<PeerBroker {self.name} {self.origin}>"
+
+    # Lifetime
+
+    def close(self) -> None:
+        """The peer is gone: its connections end, letters it held go back to their queues."""
+        self.outbox.stop()
+        for holder in [*self.mailboxes.values(), *self.workers.values()]:
+            self._broker.detach_remote(holder)
+        self.mailboxes.clear()
+        self.workers.clear()
+        self._offered.clear()
+        self._broker.detach_remote(self.session)
+        addresses, self.addresses = self.addresses, set()
+        for address in addresses:
+            self._on_addresses(address)
+
+    def reset(self) -> None:
+        """The peer starts telling its state anew (SYNC): forget what it told before."""
+        streams = self._broker.streams
+        for name in list(self.connection.reading):
+            streams.cancel(self.connection, name)
+        self.session.history.clear()
+        for service in list(self.workers):
+            self._drop_worker(service)
+        self._offered.clear()
+        addresses, self.addresses = self.addresses, set()
+        for address in addresses:
+            self._drop_mailbox(address)
+            self._on_addresses(address)
+
+    # Input
+
+    def receive(self, message: packlink.LinkMessage) -> None:
+        """Apply one message from the peer; a refusal is logged and counted."""
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            return
+        try:
+            handler(self, message)
+        except Refused as e:
+            self.counters.refused += 1
+            _log.info("{peer}: refused {message}: {reason}", peer=self, message=message, reason=e)
+
+    def _interest(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Interest)
+        broker = self._broker
+        check_name("stream name", message.stream, broker.limits.max_address)
+        limit = broker.limits.max_subscriptions * 16
+        if self.connection.subscriptions() >= limit:
+            raise Refused(f"too many interests from one peer: the limit is {limit}")
+        streams = broker.streams
+        if message.history:
+            self.session.history.add(message.stream)
+        try:
+            streams.read_from(
+                self.connection, message.stream, message.pattern, message.whence, message.position
+            )
+        except Refused:
+            if message.whence == packlink.LATEST:
+                raise
+            # No journal here: live from now on is all there is.
+            streams.subscribe(self.connection, message.stream, message.pattern)
+        streams.resume(self.connection, message.stream)
+
+    def _uninterest(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Uninterest)
+        self._broker.streams.unsubscribe(self.connection, message.stream, message.pattern)
+
+    def _address(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Address)
+        address = message.address
+        check_name("address", address, self._broker.limits.max_address)
+        if message.present:
+            self.addresses.add(address)
+            self.hold_address(address)
+        else:
+            self.addresses.discard(address)
+            self._drop_mailbox(address)
+            self._on_addresses(address)
+
+    def hold_address(self, address: str) -> bool:
+        """
+        Have letters for C{address} (which this peer holds) go to the peer,
+        unless a local client or another peer's holder has it; whether
+        they go there now.
+        """
+        existing = self.mailboxes.get(address)
+        if existing is not None and existing.connection is not None:
+            if not existing.connection.gone:
+                return True
+            del self.mailboxes[address]  # a local client took the address over
+        holder = RemoteHolder(self.session, self.outbox, Kind.MAILBOX, address, self._clock)
+        connection = self._broker.attach_remote(holder, address)
+        if connection is None:
+            return False
+        holder.connection = connection
+        self.mailboxes[address] = holder
+        self._broker.post.deliver_mail(connection)
+        return True
+
+    def _drop_mailbox(self, address: str) -> None:
+        holder = self.mailboxes.pop(address, None)
+        if holder is not None:
+            self._broker.detach_remote(holder)
+
+    def _offer(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Offer)
+        post = self._broker.post
+        service = message.service
+        check_name("service address", service, self._broker.limits.max_address)
+        key = (service, message.pattern)
+        holder = self.workers.get(service)
+        if message.workers:
+            if holder is None:
+                holder = RemoteHolder(self.session, self.outbox, Kind.SERVICE, service, self._clock)
+                connection = self._broker.attach_remote(holder)
+                assert connection is not None
+                holder.connection = connection
+                self.workers[service] = holder
+            assert holder.connection is not None
+            post.offer(holder.connection, service, message.pattern)
+            self._offered[key] = message.workers
+        elif holder is not None and holder.connection is not None:
+            self._offered.pop(key, None)
+            post.unoffer(holder.connection, service, message.pattern)
+            if not holder.connection.offers:
+                self._drop_worker(service)
+                return
+        if holder is not None and holder.connection is not None:
+            self._set_window(holder.connection, service)
+            post.dispatch(post.service(service))
+
+    def _set_window(self, connection: Connection, service: str) -> None:
+        """As many requests in flight to the peer as it has workers for the service."""
+        workers = max((n for (s, _), n in self._offered.items() if s == service), default=0)
+        connection.credit = max(0, workers - len(connection.held))
+
+    def _drop_worker(self, service: str) -> None:
+        holder = self.workers.pop(service, None)
+        if holder is not None:
+            self._broker.detach_remote(holder)
+        for key in [k for k in self._offered if k[0] == service]:
+            del self._offered[key]
+
+    def _forward(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Forward)
+        broker = self._broker
+        check_name("stream name", message.stream, broker.limits.max_address)
+        key = (message.stream, self.origin)
+        if message.origin_seq <= self._marks.get(key, 0):
+            self.counters.duplicates += 1
+            return
+        self._marks[key] = message.origin_seq
+        self.counters.forwarded_in += 1
+        record = StreamRecord(
+            message.stream,
+            0,
+            message.timestamp / 1_000_000,
+            message.sender,
+            message.subject,
+            message.content,
+            self.origin,
+            message.origin_seq,
+        )
+        broker.streams.write_forwarded(
+            self.connection, message.stream, record, bool(message.history)
+        )
+
+    def _letter(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Letter)
+        key = (message.kind, message.relay_id)
+        if key in self._recent:
+            # Handed over again (our answer was lost): it is here already.
+            self.counters.letters_repeated += 1
+            self.outbox.send(
+                packlink.encode(packlink.Answer(message.relay_id, packlink.STORED, 200, "stored"))
+            )
+            return
+        self._recent[key] = None
+        if len(self._recent) > RECENT_RELAYS:
+            self._recent.popitem(last=False)
+        self.counters.letters_in += 1
+        relay: Callable[[Letter], None] | None = None
+        outbound: mlm.MailboxSend | mlm.ServiceSend
+        if message.kind == packlink.SERVICE:
+            kind = Kind.SERVICE
+            outbound = mlm.ServiceSend(
+                message.address,
+                message.subject,
+                message.tracker,
+                message.timeout,
+                list(message.content),
+            )
+            relay = self._finished(message.relay_id)
+        else:
+            kind = Kind.MAILBOX
+            outbound = mlm.MailboxSend(
+                message.address,
+                message.subject,
+                message.tracker,
+                message.timeout,
+                list(message.content),
+            )
+        self.session.relays.append(message.relay_id)
+        self._broker.post.post(kind, self.connection, outbound, message.sender, relay)
+
+    def _finished(self, relay_id: int) -> Callable[[Letter], None]:
+        def finished(letter: Letter) -> None:
+            self.outbox.send(packlink.encode(packlink.Answer(relay_id, packlink.DONE, 200, "done")))
+
+        return finished
+
+    def _answer(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Answer)
+        post = self._broker.post
+        holder = self._holder_of(message.relay_id)
+        if holder is None or holder.connection is None:
+            return  # the letter came back to its queue meanwhile (peer lost and found)
+        connection = holder.connection
+        if message.code != mlm.SUCCESS:
+            _log.info(
+                "{peer} refused letter {id}: {reason}",
+                peer=self,
+                id=message.relay_id,
+                reason=message.reason,
+            )
+            # Not at once to the same peer: retried after a pause.
+            del self.session.in_flight[message.relay_id]
+            self._broker.stalled.add(connection)
+            post.taken_back(connection, message.relay_id)
+            return
+        if holder.kind is Kind.MAILBOX:
+            if message.phase == packlink.STORED:
+                del self.session.in_flight[message.relay_id]
+                post.passed_on(connection, message.relay_id)
+            return
+        if message.phase == packlink.DONE:
+            del self.session.in_flight[message.relay_id]
+            post.passed_on(connection, message.relay_id)
+            self._set_window(connection, holder.name)
+            post.dispatch(post.service(holder.name))
+
+    def _holder_of(self, letter_id: int) -> RemoteHolder | None:
+        in_flight = self.session.in_flight
+        holder = in_flight.get(letter_id)
+        if holder is None:
+            return None
+        if holder.connection is None or letter_id not in holder.connection.held:
+            del in_flight[letter_id]  # back in its queue meanwhile (a lease ended...)
+            return None
+        return holder
+
+    def _confirm(self, message: packlink.LinkMessage) -> None:
+        assert isinstance(message, packlink.Confirm)
+        sender = self._broker.registry.holder(message.address)
+        if sender is not None and not sender.remote:
+            sender.session.confirm(message.tracker, message.code, message.reason)
+
+    _handlers: dict[type[packlink.LinkMessage], Callable[[PeerBroker, packlink.LinkMessage], None]]
+
+
+PeerBroker._handlers = {
+    packlink.Interest: PeerBroker._interest,
+    packlink.Uninterest: PeerBroker._uninterest,
+    packlink.Address: PeerBroker._address,
+    packlink.Offer: PeerBroker._offer,
+    packlink.Forward: PeerBroker._forward,
+    packlink.Letter: PeerBroker._letter,
+    packlink.Answer: PeerBroker._answer,
+    packlink.Confirm: PeerBroker._confirm,
+}

@@ -1,0 +1,132 @@
+"""
+The pack as a Twisted service of ``twistd malamute --pack NAME``: this
+broker's L{Pack} on a L{Zyre} node that joins the pack's group, with the
+broker's stable identity (made once, kept in the data directory) as its
+ZRE uuid and as the origin its records carry on other brokers.
+
+Started after the broker and its journal (the highest origin sequence
+numbers already taken are read from the journal first), stopped before
+them: the node says GOODBYE, and the peers' connections in the model end.
+
+Tests: ``tests/test_pack_service.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid as uuid_module
+from pathlib import Path
+from typing import Any
+
+import zmq
+from twisted.application.service import Service
+from twisted.logger import Logger
+
+from malamute_pack.broker.broker import Broker
+from malamute_pack.journal import Journal
+from malamute_pack.pack.federation import HEADER_PACK, HEADER_PROTOCOL, PROTOCOL, Pack
+from malamute_pack.pack.zyre import Zyre
+from malamute_pack.settings import PackSettings
+
+_log = Logger()
+
+PACK_ID_FILE = "pack-id"
+
+
+def pack_identity(data_dir: Path) -> bytes:
+    """
+    This broker's 16-byte identity in the pack, from C{data_dir}'s
+    C{pack-id} file (32 hex digits), made there on the first call.
+    """
+    path = data_dir / PACK_ID_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        identity = uuid_module.uuid4().bytes
+        scratch = path.with_suffix(".new")
+        scratch.write_text(identity.hex().upper() + "\n")
+        os.replace(scratch, path)
+        return identity
+    try:
+        identity = bytes.fromhex(text)
+    except ValueError:
+        identity = b""
+    if len(identity) != 16:
+        raise ValueError(f"{path} does not hold a pack identity (32 hex digits): {text[:40]!r}")
+    return identity
+
+
+class PackService(Service):
+    """
+    This broker's membership of a pack.
+
+    @ivar pack: the L{Pack} (its peers, counters), while running.
+    @ivar zyre: the L{Zyre} node, while running.
+    """
+
+    def __init__(
+        self,
+        reactor: Any,
+        context: zmq.Context[zmq.Socket[bytes]],
+        broker: Broker,
+        journal: Journal | None,
+        settings: PackSettings,
+        data_dir: Path,
+    ) -> None:
+        assert settings.name is not None
+        self._reactor = reactor
+        self._context = context
+        self._broker = broker
+        self._journal = journal
+        self._settings = settings
+        self._data_dir = data_dir
+        self.pack: Pack | None = None
+        self.zyre: Zyre | None = None
+
+    def startService(self) -> None:
+        settings = self._settings
+        assert settings.name is not None
+        identity = pack_identity(self._data_dir)
+        marks = self._journal.origin_marks() if self._journal is not None else {}
+        broker_id = identity.hex().upper()
+        pack = Pack(self._broker, self._reactor, settings.name, broker_id, self._whisper, marks)
+        zyre = Zyre(
+            self._reactor,
+            self._context,
+            pack,
+            uuid=identity,
+            name=settings.broker_name or socket.gethostname(),
+            headers={HEADER_PACK: settings.name, HEADER_PROTOCOL: PROTOCOL},
+            groups=[settings.name],
+            endpoint=settings.peer_endpoint,
+            beacon_interface=settings.beacon,
+            beacon_port=settings.beacon_port,
+            beacon_interval=settings.beacon_interval_ms / 1000.0,
+            gossip_bind=settings.gossip_bind,
+            gossip_connect=settings.gossip_connect,
+            evasive=settings.evasive_ms / 1000.0,
+            expired=settings.expired_ms / 1000.0,
+        )
+        self.pack, self.zyre = pack, zyre
+        pack.start()
+        zyre.startService()
+        super().startService()
+        _log.info(
+            "Malamute pack {pack}: broker {name} ({id}) reachable by peers at {endpoint}",
+            pack=settings.name,
+            name=zyre.node.name,
+            id=broker_id,
+            endpoint=zyre.endpoint,
+        )
+
+    def _whisper(self, uuid: bytes, frames: Any) -> bool:
+        zyre = self.zyre
+        return zyre is not None and zyre.node.whisper(uuid, frames)
+
+    def stopService(self) -> None:
+        super().stopService()
+        if self.zyre is not None:
+            self.zyre.stopService()
+        if self.pack is not None:
+            self.pack.stop()

@@ -1,0 +1,434 @@
+"""
+Tests for L{malamute_pack.pack.federation}, L{malamute_pack.pack.peer_broker}
+and L{malamute_pack.pack.sessions}: several broker models, each with a real
+journal and its L{Pack}, wired by an in-memory network that carries the
+whispers between them in order (no ZRE, no sockets), with MLM clients on
+each broker driven through the real session table.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.broker.broker import BrokerConfig
+from malamute_pack.journal import JournalConfig
+from malamute_pack.pack.federation import HEADER_PROTOCOL, PROTOCOL, Pack
+from malamute_pack.protocol import mlm, packlink
+from tests.broker_support import BrokerHarness
+
+
+@dataclass
+class Peer:
+    """What a ZRE node tells the pack of a peer (the L{ZrePeerInfo} interface)."""
+
+    uuid: bytes
+    name: str
+    headers: dict[str, str] = field(default_factory=lambda: {HEADER_PROTOCOL: PROTOCOL})
+
+
+class Network:
+    """
+    Brokers with their packs, and the whispers in flight between them,
+    delivered in order by L{run}.
+    """
+
+    def __init__(self, base: Path, names: list[str], journal: bool = True) -> None:
+        self.harnesses: dict[str, BrokerHarness] = {}
+        self.packs: dict[str, Pack] = {}
+        self.peers: dict[str, Peer] = {}
+        self.in_flight: deque[tuple[str, str, list[bytes]]] = deque()
+        # (from, to) pairs whose link is full: whispers are refused.
+        self.full: set[tuple[str, str]] = set()
+        self.sent: list[tuple[str, str, packlink.LinkMessage]] = []
+        for i, name in enumerate(names):
+            self.peers[name] = Peer(bytes([i + 1]) * 16, name)
+            base.mkdir(parents=True, exist_ok=True)
+            harness = BrokerHarness(
+                BrokerConfig(timeout=60.0),
+                base / f"{name}.sqlite" if journal else None,
+                JournalConfig(prune_interval_s=3600),
+            )
+            self.harnesses[name] = harness
+            marks = harness.journal.origin_marks() if harness.journal is not None else {}
+            pack = Pack(
+                harness.broker,
+                harness.clock,
+                "pack",
+                self.peers[name].uuid.hex().upper(),
+                self._whisperer(name),
+                marks,
+            )
+            pack.start()
+            self.packs[name] = pack
+
+    def _whisperer(self, sender: str):  # type: ignore[no-untyped-def]
+        def whisper(uuid: bytes, frames: object) -> bool:
+            to = next(n for n, p in self.peers.items() if p.uuid == uuid)
+            if (sender, to) in self.full:
+                return False
+            self.in_flight.append((sender, to, list(frames)))  # type: ignore[call-overload]
+            return True
+
+        return whisper
+
+    def join(self, a: str, b: str) -> None:
+        """A and B see each other join the pack."""
+        self.packs[a].peer_joined(self.peers[b], "pack")
+        self.packs[b].peer_joined(self.peers[a], "pack")
+        self.run()
+
+    def mesh(self) -> None:
+        names = list(self.packs)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                self.join(a, b)
+
+    def part(self, a: str, b: str) -> None:
+        """A and B lose each other (EXIT); what was in flight between them is lost."""
+        self.packs[a].peer_exited(self.peers[b])
+        self.packs[b].peer_exited(self.peers[a])
+        self.in_flight = deque(m for m in self.in_flight if {m[0], m[1]} != {a, b})
+
+    def run(self) -> None:
+        """Deliver everything in flight, letting journals settle, until all is quiet."""
+        for _ in range(10_000):
+            for harness in self.harnesses.values():
+                harness.settle()
+                harness.clock.advance(0)
+            if not self.in_flight:
+                for harness in self.harnesses.values():
+                    harness.clock.advance(0.06)  # retries of outboxes and stalls
+                    harness.settle()
+                if not self.in_flight:
+                    return
+            while self.in_flight:
+                sender, to, frames = self.in_flight.popleft()
+                self.sent.append((sender, to, packlink.decode(frames)))
+                self.packs[to].whispered(self.peers[sender], frames)
+        raise AssertionError("the network never went quiet")
+
+    def forwarded(self, sender: str, to: str) -> list[packlink.Forward]:
+        return [
+            m
+            for s, t, m in self.sent
+            if s == sender and t == to and isinstance(m, packlink.Forward)
+        ]
+
+    def close(self) -> None:
+        for pack in self.packs.values():
+            pack.stop()
+        for harness in self.harnesses.values():
+            harness.close()
+
+
+W, R, R2 = b"writer", b"reader", b"reader2"
+
+
+def subjects(messages: list[mlm.Message]) -> list[str]:
+    return [
+        m.subject
+        for m in messages
+        if isinstance(
+            m,
+            mlm.StreamDeliver
+            | mlm.StreamRecord
+            | mlm.MailboxDeliver
+            | mlm.MailboxRecord
+            | mlm.ServiceDeliver
+            | mlm.ServiceRecord,
+        )
+    ]
+
+
+class PackTestCase(SynchronousTestCase):
+    names: ClassVar[list[str]] = ["a", "b", "c"]
+    journal = True
+
+    def setUp(self) -> None:
+        self.net = Network(Path(self.mktemp()), self.names, self.journal)
+        self.addCleanup(self.net.close)
+        self.net.mesh()
+
+    def h(self, name: str) -> BrokerHarness:
+        return self.net.harnesses[name]
+
+    def write(self, broker: str, stream: str, *subjects: str) -> None:
+        h = self.h(broker)
+        if not h.connected(W):
+            h.open(W, "writer")
+            self.assertEqual(h.command(W, mlm.StreamWrite(stream)), [mlm.Ok()])
+        for subject in subjects:
+            h.send(W, mlm.StreamSend(subject, [subject.encode()]))
+        self.net.run()
+
+    def read(self, broker: str, route: bytes, stream: str, pattern: str, version: int = 1) -> None:
+        h = self.h(broker)
+        if not h.connected(route):
+            h.open(route, route.decode(), version=version)
+        self.assertEqual(h.command(route, mlm.StreamRead(stream, pattern)), [mlm.Ok()])
+        self.net.run()
+
+    def got(self, broker: str, route: bytes) -> list[str]:
+        return subjects(self.h(broker).take(route))
+
+
+class StreamTests(PackTestCase):
+    def test_recordReachesMatchingReadersOnEveryHostOnce(self) -> None:
+        """A record written on A reaches a matching reader on B and one on C, once each."""
+        self.read("b", R, "s", "x.*")
+        self.read("c", R, "s", "x.*")
+        self.write("a", "s", "x.1", "x.2")
+        self.assertEqual(self.got("b", R), ["x.1", "x.2"])
+        self.assertEqual(self.got("c", R), ["x.1", "x.2"])
+
+    def test_interestOnly(self) -> None:
+        """A record no reader of a host matches never crosses to that host."""
+        self.read("b", R, "s", "x.*")
+        self.write("a", "s", "y.1", "x.1", "y.2")
+        self.assertEqual([f.subject for f in self.net.forwarded("a", "b")], ["x.1"])
+        self.assertEqual(self.net.forwarded("a", "c"), [])
+
+    def test_oneHop(self) -> None:
+        """A record forwarded to B is delivered there and never sent on to C."""
+        self.read("b", R, "s", "")
+        self.read("c", R, "s", "")
+        self.write("a", "s", "m")
+        self.assertEqual(self.net.forwarded("b", "c"), [])
+        self.assertEqual(self.net.forwarded("c", "b"), [])
+        self.assertEqual(self.got("b", R), ["m"])
+        self.assertEqual(self.got("c", R), ["m"])
+
+    def test_lastReaderGoneStopsForwarding(self) -> None:
+        """When the last reader of a pattern on B cancels, records stop crossing to B."""
+        self.read("b", R, "s", "")
+        self.h("b").command(R, mlm.StreamCancel("s"))
+        self.net.run()
+        self.write("a", "s", "m")
+        self.assertEqual(self.net.forwarded("a", "b"), [])
+
+    def test_positionsAreLocal(self) -> None:
+        """A version 2 reader on B gets B's own sequence numbers, in B's order."""
+        self.read("b", R, "s", "", version=2)
+        self.write("b", "s", "local")
+        self.write("a", "s", "remote")
+        self.h("b").take(R)
+        self.read("b", R2, "s", "", version=2)
+        self.h("b").send(R2, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        self.net.run()
+        got = [
+            (m.sequence, m.subject) for m in self.h("b").take(R2) if isinstance(m, mlm.StreamRecord)
+        ]
+        self.assertEqual(got, [(1, "local"), (2, "remote")])
+
+    def test_slowRemoteReaderCatchesUpWithoutGap(self) -> None:
+        """A reader on B out of credit gets A's records from B's journal when it grants more."""
+        self.read("b", R, "s", "", version=2)
+        self.h("b").send(R, mlm.Credit(2))
+        self.write("a", "s", *[f"m{i}" for i in range(6)])
+        self.assertEqual(self.got("b", R), ["m0", "m1"])
+        self.h("b").send(R, mlm.Credit(10))
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["m2", "m3", "m4", "m5"])
+
+    def test_lateJoinerReplaysHistoryFromPeers(self) -> None:
+        """A reader on B reading from the earliest gets what A wrote before, then live."""
+        self.write("a", "s", "old1", "old2")
+        self.read("b", R2, "other", "")  # opens the connection
+        self.h("b").open(R, "late", version=2)
+        self.h("b").send(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["old1", "old2"])
+        self.write("a", "s", "new")
+        self.assertEqual(self.got("b", R), ["new"])
+
+    def test_historyNotForLiveReaders(self) -> None:
+        """History replayed from A for a late joiner on B does not reach B's live readers."""
+        self.write("a", "s", "old")
+        self.read("b", R2, "s", "")
+        self.h("b").open(R, "late", version=2)
+        self.h("b").send(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["old"])
+        self.assertEqual(self.got("b", R2), [])
+
+    def test_resumeAfterPartition(self) -> None:
+        """Records written on A while B was apart reach B's reader once they meet again."""
+        self.read("b", R, "s", "")
+        self.write("a", "s", "before")
+        self.net.part("a", "b")
+        self.write("a", "s", "apart1", "apart2")
+        self.net.join("a", "b")
+        self.write("a", "s", "after")
+        self.assertEqual(self.got("b", R), ["before", "apart1", "apart2", "after"])
+
+    def test_duplicateForwardDropped(self) -> None:
+        """A record B already has from A (same origin sequence) is dropped, not delivered again."""
+        self.read("b", R, "s", "")
+        self.write("a", "s", "m")
+        first = self.net.forwarded("a", "b")[0]
+        self.net.packs["b"].whispered(self.net.peers["a"], packlink.encode(first))
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["m"])
+        self.assertEqual(self.net.packs["b"].peers[self.net.peers["a"].uuid].counters.duplicates, 1)
+
+    def test_fullLinkFallsBehindThenCatchesUp(self) -> None:
+        """While A's link to B is full, records wait in A's journal; none is lost or doubled."""
+        self.read("b", R, "s", "")
+        self.net.full.add(("a", "b"))
+        self.write("a", "s", "m1", "m2", "m3")
+        self.assertEqual(self.got("b", R), [])
+        self.net.full.clear()
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["m1", "m2", "m3"])
+
+
+class MailboxTests(PackTestCase):
+    def test_letterToAddressOnAnotherHost(self) -> None:
+        """A letter sent on A to a client connected on B is delivered on B and leaves A."""
+        self.h("b").open(R, "bob")
+        self.net.run()
+        self.h("a").open(W, "alice", version=2)
+        self.h("a").send(W, mlm.MailboxSend("bob", "hi", "", 0, [b"body"]))
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["hi"])
+        stored = [m for m in self.h("a").take(W) if isinstance(m, mlm.Stored)]
+        self.assertEqual([s.status_code for s in stored], [200])
+        self.assertEqual(self.h("a").broker.post.letter_bytes, 0)
+
+    def test_letterFollowsAddressThatConnectsLater(self) -> None:
+        """A letter for an address connected nowhere waits on A, then goes to C when it opens."""
+        self.h("a").open(W, "alice")
+        self.h("a").send(W, mlm.MailboxSend("carol", "later", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(len(self.h("a").broker.post.mailbox("carol")), 1)
+        self.assertEqual(self.h("c").open(R, "carol"), [])
+        self.net.run()
+        self.assertEqual(self.got("c", R), ["later"])
+        self.assertEqual(len(self.h("a").broker.post.mailbox("carol")), 0)
+
+    def test_localClientTakesAddressBack(self) -> None:
+        """A client opening an address locally gets the letters that would have crossed."""
+        self.h("b").open(R, "bob")
+        self.net.run()
+        self.h("b").send(R, mlm.ConnectionClose())
+        self.net.run()
+        self.h("a").open(R2, "bob")
+        self.h("a").open(W, "alice")
+        self.h("a").send(W, mlm.MailboxSend("bob", "here", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(self.got("a", R2), ["here"])
+
+    def test_confirmReachesSenderOnAnotherHost(self) -> None:
+        """A recipient's CONFIRM of a tracked letter reaches its sender on the other host."""
+        self.h("b").open(R, "bob")
+        self.h("a").open(W, "alice")
+        self.net.run()
+        self.h("a").send(W, mlm.MailboxSend("bob", "hi", "t1", 0, [b"x"]))
+        self.net.run()
+        self.h("b").take(R)
+        self.h("b").send(R, mlm.Confirm("t1", 200, "ok"))
+        self.net.run()
+        confirms = [m for m in self.h("a").take(W) if isinstance(m, mlm.Confirm)]
+        self.assertEqual([(c.tracker, c.status_code) for c in confirms], [("t1", 200)])
+
+    def test_lostStoreAnswerDoesNotDuplicate(self) -> None:
+        """A letter handed to B again (A never heard B stored it) is not stored twice on B."""
+        self.h("b").open(R, "bob")
+        self.net.run()
+        self.net.full.add(("b", "a"))  # B's answers cannot reach A
+        self.h("a").open(W, "alice")
+        self.h("a").send(W, mlm.MailboxSend("bob", "once", "", 0, [b"x"]))
+        self.net.run()
+        self.net.part("a", "b")
+        self.net.full.clear()
+        self.net.join("a", "b")
+        self.assertEqual(self.got("b", R), ["once"])
+
+
+class ServiceTests(PackTestCase):
+    def offer(self, broker: str, route: bytes, service: str = "echo") -> None:
+        h = self.h(broker)
+        h.open(route, route.decode())
+        self.assertEqual(h.command(route, mlm.ServiceOffer(service, "")), [mlm.Ok()])
+        self.net.run()
+
+    def test_requestServedOnAnotherHost(self) -> None:
+        """A request on A with no local worker is served by B's worker; the reply comes back."""
+        self.offer("b", b"worker")
+        self.h("a").open(W, "client")
+        self.net.run()
+        self.h("a").send(W, mlm.ServiceSend("echo", "ping", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(self.got("b", b"worker"), ["ping"])
+        self.h("b").send(b"worker", mlm.MailboxSend("client", "pong", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(self.got("a", W), ["pong"])
+
+    def test_localWorkerFirst(self) -> None:
+        """A request goes to a local worker when one can take it."""
+        self.offer("b", b"remote")
+        self.offer("a", b"local")
+        self.h("a").open(W, "client")
+        for i in range(3):
+            self.h("a").send(W, mlm.ServiceSend("echo", f"r{i}", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(self.got("a", b"local"), ["r0", "r1", "r2"])
+        self.assertEqual(self.got("b", b"remote"), [])
+
+    def test_requestOnLostPeerRedispatched(self) -> None:
+        """A request held for a v2 worker on B goes to C's worker when B is lost."""
+        h = self.h("b")
+        h.open(b"worker", "worker", version=2)
+        h.command(b"worker", mlm.ServiceOffer("echo", ""))
+        self.net.run()
+        self.h("a").open(W, "client")
+        self.h("a").send(W, mlm.ServiceSend("echo", "job", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(self.got("b", b"worker"), ["job"])
+        self.net.part("a", "b")
+        self.net.part("b", "c")
+        self.offer("c", b"worker")
+        self.assertEqual(self.got("c", b"worker"), ["job"])
+
+    def test_requestFinishedOnPeerLeavesOrigin(self) -> None:
+        """When B's v2 worker answers DONE, A forgets the request (nothing held, no bytes)."""
+        h = self.h("b")
+        h.open(b"worker", "worker", version=2)
+        h.command(b"worker", mlm.ServiceOffer("echo", ""))
+        self.net.run()
+        self.h("a").open(W, "client")
+        self.h("a").send(W, mlm.ServiceSend("echo", "job", "", 0, [b"x"]))
+        self.net.run()
+        record = next(m for m in h.take(b"worker") if isinstance(m, mlm.ServiceRecord))
+        h.send(b"worker", mlm.Done(record.id))
+        self.net.run()
+        self.assertEqual(self.h("a").broker.post.letter_bytes, 0)
+
+
+class MalformedTests(PackTestCase):
+    names: ClassVar[list[str]] = ["a", "b"]
+
+    def test_malformedWhisperCounted(self) -> None:
+        """A whisper that is not a pack message is dropped and counted."""
+        pack = self.net.packs["a"]
+        pack.whispered(self.net.peers["b"], [b"\xaa\xa3\x63\x01"])
+        pack.whispered(self.net.peers["b"], [b"garbage"])
+        self.assertEqual(pack.counters.malformed, 2)
+
+    def test_strangerIgnored(self) -> None:
+        """A whisper from a node not in the pack is ignored and counted."""
+        pack = self.net.packs["a"]
+        pack.whispered(Peer(b"\x09" * 16, "x"), packlink.encode(packlink.Sync("x")))
+        self.assertEqual(pack.counters.strangers, 1)
+
+    def test_otherProtocolVersionIgnored(self) -> None:
+        """A broker speaking another inter-broker protocol version does not federate."""
+        pack = self.net.packs["a"]
+        pack.peer_joined(Peer(b"\x09" * 16, "x", {HEADER_PROTOCOL: "99"}), "pack")
+        self.assertEqual(pack.counters.incompatible, 1)
+        self.assertNotIn(b"\x09" * 16, pack.peers)
