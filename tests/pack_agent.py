@@ -24,12 +24,14 @@ Ops:
    timeout, wait ``none``/``each``/``all``, stored_timeout, interval): letters;
    with a wait (version 2), the STORED of each, in order (None for one that
    did not come in time; with ``each``, the next is sent only after it).
- - ``serve`` (reply, done, mail_done): answer each service request by a
-   MAILBOX_SEND to its sender (``reply``) and/or DONE (``done``, version 2);
+ - ``serve`` (reply, done, mail_done, delay): answer each service request
+   by a MAILBOX_SEND to its sender (``reply``) and/or DONE (``done``, version
+   2; ``delay`` seconds after it came, holding it meanwhile);
    ``mail_done``: DONE each MAILBOX_RECORD (the default).
- - ``collect`` (kinds, count, quiet, timeout): take what was received of
-   those kinds once there are ``count`` of them, or nothing new came for
-   ``quiet`` seconds, or after ``timeout`` seconds (never longer).
+ - ``collect`` (kinds, count, quiet, timeout_s, prefix): take what was
+   received of those kinds once ``count`` of them have a subject starting
+   with ``prefix``, or none of those came for ``quiet`` seconds, or after
+   ``timeout_s`` seconds (never longer).
  - ``close``: CONNECTION_CLOSE, then exit.
 
 Every wait is bounded; the agent exits when stdin closes (its test ended)
@@ -80,6 +82,9 @@ class Agent:
         self.reply = False
         self.done = False
         self.mail_done = True
+        # A worker's DONE can wait (a request held for a while): (when, id).
+        self.done_delay = 0.0
+        self._dones: deque[tuple[float, int]] = deque()
         self.pace: tuple[int, float] | None = None
         self._paced = 0
         self._grants: list[float] = []
@@ -164,7 +169,10 @@ class Agent:
             )
             self._sends_letter(answer, "serve")
         if self.done and ident is not None:
-            self.send(mlm.Done(ident))
+            if self.done_delay:
+                self._dones.append((monotonic() + self.done_delay, ident))
+            else:
+                self.send(mlm.Done(ident))
         self.served += 1
 
     def _count_paced(self) -> None:
@@ -179,6 +187,8 @@ class Agent:
     def tick(self) -> None:
         """Timed work: credit grants that are due, a ping when idle."""
         now = monotonic()
+        while self._dones and self._dones[0][0] <= now:
+            self.send(mlm.Done(self._dones.popleft()[1]))
         if self._grants and self.pace is not None:
             due = [t for t in self._grants if t <= now]
             if due:
@@ -258,8 +268,11 @@ class Agent:
         self._paced = 0
         return {}
 
-    def op_serve(self, reply: bool = True, done: bool = True, mail_done: bool = True) -> Event:
+    def op_serve(
+        self, reply: bool = True, done: bool = True, mail_done: bool = True, delay: float = 0.0
+    ) -> Event:
         self.reply, self.done, self.mail_done = reply, done, mail_done
+        self.done_delay = delay
         return {}
 
     def op_post(
@@ -310,20 +323,24 @@ class Agent:
         kinds: list[str],
         count: int | None = None,
         quiet: float | None = None,
-        timeout: float = 10.0,
+        timeout_s: float = 10.0,
+        prefix: str = "",
     ) -> Event:
         wanted = set(kinds)
+        # Matching events seen so far, and when that number last changed.
         seen = [0, monotonic()]
 
         def enough() -> bool:
-            n = sum(1 for e in self.events if e["k"] in wanted)
+            n = sum(
+                1 for e in self.events if e["k"] in wanted and e.get("s", "").startswith(prefix)
+            )
             if n != seen[0]:
                 seen[0], seen[1] = n, monotonic()
             if count is not None and n >= count:
                 return True
             return quiet is not None and monotonic() - seen[1] >= quiet
 
-        finished = self.wait(enough, timeout)
+        finished = self.wait(enough, timeout_s)
         taken = [e for e in self.events if e["k"] in wanted]
         self.events = [e for e in self.events if e["k"] not in wanted]
         return {"events": taken, "timed_out": not finished, "served": self.served}

@@ -256,6 +256,24 @@ class StreamTests(PackTestCase):
         self.assertEqual(self.got("b", R), ["old"])
         self.assertEqual(self.got("b", R2), [])
 
+    def test_liveDuringHistoryReachesLiveReaders(self) -> None:
+        """
+        Records written on A while it replays history to B are live for B's
+        readers from the latest: they get them; the history reader gets all.
+        """
+        self.write("a", "s", "old")
+        self.read("b", R2, "s", "")
+        self.h("b").open(R, "late", version=2)
+        self.h("b").send(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        # A takes the history request, and is replaying when more is written.
+        while self.net.in_flight:
+            sender, to, frames = self.net.in_flight.popleft()
+            self.net.packs[to].whispered(self.net.peers[sender], frames)
+        self.h("a").send(W, mlm.StreamSend("new", [b"x"]))
+        self.net.run()
+        self.assertEqual(self.got("b", R), ["old", "new"])
+        self.assertEqual(self.got("b", R2), ["new"])
+
     def test_resumeAfterPartition(self) -> None:
         """Records written on A while B was apart reach B's reader once they meet again."""
         self.read("b", R, "s", "")

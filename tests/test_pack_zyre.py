@@ -19,10 +19,11 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from malamute_pack.pack.node import NodeEvents, ZrePeer
+from malamute_pack.pack.node import NodeEvents
 from malamute_pack.pack.probe import ProbeCommands, ProbeEvents, parse
 from malamute_pack.pack.zyre import Zyre, gossip_key
 from malamute_pack.protocol import zre
+from tests.test_pack_node import Recorder
 
 ANY_TCP = "tcp://127.0.0.1:*"
 
@@ -41,34 +42,6 @@ async def until(condition: Callable[[], bool], timeout: float = 3.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await settle(0.01)
-
-
-class Recorder:
-    """Every event a node reports, as (kind, peer name, ...)."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    def peer_entered(self, peer: ZrePeer) -> None:
-        self.events.append(("enter", peer.name))
-
-    def peer_exited(self, peer: ZrePeer) -> None:
-        self.events.append(("exit", peer.name))
-
-    def peer_joined(self, peer: ZrePeer, group: str) -> None:
-        self.events.append(("join", peer.name, group))
-
-    def peer_left(self, peer: ZrePeer, group: str) -> None:
-        self.events.append(("leave", peer.name, group))
-
-    def whispered(self, peer: ZrePeer, content: list[bytes]) -> None:
-        self.events.append(("whisper", peer.name, content))
-
-    def shouted(self, peer: ZrePeer, group: str, content: list[bytes]) -> None:
-        self.events.append(("shout", peer.name, group, content))
-
-    def peer_evasive(self, peer: ZrePeer) -> None:
-        self.events.append(("evasive", peer.name))
 
 
 class ConfigTests(SynchronousTestCase):

@@ -420,3 +420,40 @@ class PropertyTests(SynchronousTestCase):
         cut = data.draw(st.integers(4, len(frames[0]) - 1))
         with self.assertRaises(MalformedLink):
             packlink.decode([frames[0][:cut], *frames[1:]])
+
+
+_STRINGS = st.sampled_from(["", "s", "x.y.z", "é" * 127, "é" * 128, "\ud800"])
+
+
+class EncodeForwardTests(SynchronousTestCase):
+    @given(
+        _STRINGS,
+        st.integers(0, 2**64),
+        st.integers(0, 2**64 - 1),
+        _STRINGS,
+        _STRINGS,
+        st.integers(0, 1),
+        st.lists(st.binary(max_size=20), max_size=4),
+    )
+    def test_sameAsEncode(
+        self,
+        stream: str,
+        seq: int,
+        timestamp: int,
+        sender: str,
+        subject: str,
+        history: int,
+        content: list[bytes],
+    ) -> None:
+        """encode_forward gives exactly the frames encode gives for the same FORWARD."""
+        message = packlink.Forward(stream, seq, timestamp, sender, subject, history, tuple(content))
+        try:
+            expected = packlink.encode(message)
+        except packlink.MalformedLink:
+            with self.assertRaises(packlink.MalformedLink):
+                packlink.encode_forward(stream, seq, timestamp, sender, subject, history, content)
+            return
+        self.assertEqual(
+            packlink.encode_forward(stream, seq, timestamp, sender, subject, history, content),
+            expected,
+        )

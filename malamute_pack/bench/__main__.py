@@ -26,6 +26,10 @@ not yet seen STORED for (default 1000).
 ``--scenario`` says otherwise) and prints its 25 most expensive functions
 by own time.
 
+``python -m malamute_pack.bench pack ...`` measures a pack of brokers on
+hosts made as network namespaces instead (root only): see
+L{malamute_pack.bench.pack} and its C{--help}.
+
 Tests: ``tests/test_bench.py``.
 """
 
@@ -40,6 +44,7 @@ from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 from pathlib import Path
 
+from malamute_pack.bench import pack
 from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
 from malamute_pack.bench.load import DEFAULT_WINDOW, Job
 from malamute_pack.bench.scenarios import (
@@ -133,7 +138,10 @@ def play(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["pack"]:
+        return pack.main(arguments[1:])
+    args = parse(arguments)
     names = args.scenario or (list(STREAM_SCENARIOS) if args.profile else list(SCENARIOS))
     profile = args.profile.resolve() if args.profile else None
     runs = plan(names, None if args.endpoint else args.journal or JOURNAL_BOTH)

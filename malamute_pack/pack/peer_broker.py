@@ -151,8 +151,11 @@ class PeerBroker:
         if self.connection.subscriptions() >= limit:
             raise Refused(f"too many interests from one peer: the limit is {limit}")
         streams = broker.streams
-        if message.history:
-            self.session.history.add(message.stream)
+        if message.history and broker.store is not None:
+            last = broker.store.last_seq(message.stream)
+            self.session.history[message.stream] = max(
+                last, self.session.history.get(message.stream, 0)
+            )
         try:
             streams.read_from(
                 self.connection, message.stream, message.pattern, message.whence, message.position
@@ -282,27 +285,18 @@ class PeerBroker:
         if len(self._recent) > RECENT_RELAYS:
             self._recent.popitem(last=False)
         self.counters.letters_in += 1
-        relay: Callable[[Letter], None] | None = None
-        outbound: mlm.MailboxSend | mlm.ServiceSend
-        if message.kind == packlink.SERVICE:
-            kind = Kind.SERVICE
-            outbound = mlm.ServiceSend(
-                message.address,
-                message.subject,
-                message.tracker,
-                message.timeout,
-                list(message.content),
-            )
-            relay = self._finished(message.relay_id)
-        else:
-            kind = Kind.MAILBOX
-            outbound = mlm.MailboxSend(
-                message.address,
-                message.subject,
-                message.tracker,
-                message.timeout,
-                list(message.content),
-            )
+        service = message.kind == packlink.SERVICE
+        kind = Kind.SERVICE if service else Kind.MAILBOX
+        send = mlm.ServiceSend if service else mlm.MailboxSend
+        outbound = send(
+            message.address,
+            message.subject,
+            message.tracker,
+            message.timeout,
+            list(message.content),
+        )
+        # A request is answered for again once done with here (a letter once stored).
+        relay = self._finished(message.relay_id) if service else None
         self.session.relays.append(message.relay_id)
         self._broker.post.post(kind, self.connection, outbound, message.sender, relay)
 

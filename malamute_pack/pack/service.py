@@ -26,7 +26,7 @@ from twisted.logger import Logger
 from malamute_pack.broker.broker import Broker
 from malamute_pack.journal import Journal
 from malamute_pack.pack.federation import HEADER_PACK, HEADER_PROTOCOL, PROTOCOL, Pack
-from malamute_pack.pack.zyre import Zyre
+from malamute_pack.pack.zyre import MAX_FRAME_BYTES, Zyre
 from malamute_pack.settings import PackSettings
 
 _log = Logger()
@@ -107,6 +107,8 @@ class PackService(Service):
             gossip_connect=settings.gossip_connect,
             evasive=settings.evasive_ms / 1000.0,
             expired=settings.expired_ms / 1000.0,
+            # A forwarded message is as large as a client's may be, plus headers.
+            max_frame_bytes=max(MAX_FRAME_BYTES, self._broker.limits.max_message_bytes + 65536),
         )
         self.pack, self.zyre = pack, zyre
         pack.start()
@@ -122,7 +124,12 @@ class PackService(Service):
 
     def _whisper(self, uuid: bytes, frames: Any) -> bool:
         zyre = self.zyre
-        return zyre is not None and zyre.node.whisper(uuid, frames)
+        if zyre is None:
+            return False
+        try:
+            return zyre.node.whisper(uuid, frames)
+        except KeyError:
+            return False  # gone from the node: the pack hears of its exit next
 
     def stopService(self) -> None:
         super().stopService()

@@ -35,34 +35,14 @@ if TYPE_CHECKING:
 _log = Logger()
 
 
-class PeerSession:
+class _PackSession:
     """
-    A peer broker, as one connection of the model.
-
-    @ivar connection: its connection, once attached.
-    @ivar history: streams the peer asked history of: records replayed to
-        it from the journal on them are marked as history.
-    @ivar relays: the peer's ids of the letters it handed over, in the
-        order they were posted (their receipts come in that order).
-    @ivar in_flight: the letters handed to the peer and not answered for
-        yet, by id, with the holder that handed each.
+    What every session of the pack has in common: it speaks every
+    command, holds each letter until the peer answers for it, and has
+    nothing to say to the answers a client gets.
     """
 
     user: str | None = None
-
-    def __init__(self, name: str, outbox: PeerOutbox) -> None:
-        self.name = name
-        self._outbox = outbox
-        self.connection: Connection | None = None
-        self.history: set[str] = set()
-        self.relays: deque[int] = deque()
-        # The letters handed to the peer, by id, and who handed them.
-        self.in_flight: dict[int, RemoteHolder] = {}
-        self.gaps = 0
-        self.errors = 0
-
-    def __repr__(self) -> str:
-        return f"<peer broker {self.name}>"
 
     def speaks(self, command: type[mlm.Message]) -> bool:
         return True
@@ -74,18 +54,62 @@ class PeerSession:
         pass
 
     def detached(self) -> None:
-        self.relays.clear()
-        self.in_flight.clear()
+        pass
 
     def ok(self) -> None:
         pass
 
     def error(self, code: int, reason: str) -> None:
-        self.errors += 1
-        _log.info("{peer}: {code} {reason}", peer=self, code=code, reason=reason)
+        pass
 
     def pong(self) -> None:
         pass
+
+    def gap(self, stream: str, missed: int, available: int) -> None:
+        pass
+
+    def stored(self, receipt: Receipt) -> None:
+        pass
+
+    def confirm(self, tracker: str, code: int, reason: str) -> None:
+        pass
+
+
+class PeerSession(_PackSession):
+    """
+    A peer broker, as one connection of the model.
+
+    @ivar connection: its connection, once attached.
+    @ivar history: streams the peer asked history of, with the last
+        sequence number written when it asked: records up to it are marked
+        as history (what was written since is live for the peer's readers).
+    @ivar relays: the peer's ids of the letters it handed over, in the
+        order they were posted (their receipts come in that order).
+    @ivar in_flight: the letters handed to the peer and not answered for
+        yet, by id, with the holder that handed each.
+    """
+
+    def __init__(self, name: str, outbox: PeerOutbox) -> None:
+        self.name = name
+        self._outbox = outbox
+        self.connection: Connection | None = None
+        self.history: dict[str, int] = {}
+        self.relays: deque[int] = deque()
+        # The letters handed to the peer, by id, and who handed them.
+        self.in_flight: dict[int, RemoteHolder] = {}
+        self.gaps = 0
+        self.errors = 0
+
+    def __repr__(self) -> str:
+        return f"<peer broker {self.name}>"
+
+    def detached(self) -> None:
+        self.relays.clear()
+        self.in_flight.clear()
+
+    def error(self, code: int, reason: str) -> None:
+        self.errors += 1
+        _log.info("{peer}: {code} {reason}", peer=self, code=code, reason=reason)
 
     def deliver_stream(self, record: StreamRecord) -> bool:
         if record.origin:
@@ -93,21 +117,18 @@ class PeerSession:
         name = record.stream
         history = 0
         if name in self.history:
-            connection = self.connection
-            if connection is not None and name in connection.behind:
+            if record.seq <= self.history[name]:
                 history = 1
-            else:
-                self.history.discard(name)  # caught up: live from here on
-        frames = packlink.encode(
-            packlink.Forward(
-                name,
-                record.seq,
-                int(record.timestamp * 1_000_000),
-                record.sender,
-                record.subject,
-                history,
-                record.content,
-            )
+            if record.seq >= self.history[name]:
+                del self.history[name]  # the history is through
+        frames = packlink.encode_forward(
+            name,
+            record.seq,
+            int(record.timestamp * 1_000_000),
+            record.sender,
+            record.subject,
+            history,
+            record.content,
         )
         return self._outbox.deliver(frames)
 
@@ -129,11 +150,10 @@ class PeerSession:
             )
         )
 
-    def confirm(self, tracker: str, code: int, reason: str) -> None:
-        pass  # for an anonymous sender on the peer: nobody to tell
+    # confirm(): for an anonymous sender on the peer, nobody to tell.
 
 
-class RemoteHolder:
+class RemoteHolder(_PackSession):
     """
     An address held on a peer broker (C{kind} mailbox), or a service its
     workers offer (C{kind} service): letters handed to it go to the peer,
@@ -141,8 +161,6 @@ class RemoteHolder:
 
     @ivar connection: its connection, once attached.
     """
-
-    user: str | None = None
 
     def __init__(
         self, peer: PeerSession, outbox: PeerOutbox, kind: Kind, name: str, clock: IReactorTime
@@ -156,27 +174,6 @@ class RemoteHolder:
 
     def __repr__(self) -> str:
         return f"<{self.kind.value} {self.name!r} on {self.peer.name}>"
-
-    def speaks(self, command: type[mlm.Message]) -> bool:
-        return True
-
-    def hold(self, letter: Letter) -> Hold:
-        return Hold.UNTIL_ANSWERED
-
-    def attached(self) -> None:
-        pass
-
-    def detached(self) -> None:
-        pass
-
-    def ok(self) -> None:
-        pass
-
-    def error(self, code: int, reason: str) -> None:
-        pass
-
-    def pong(self) -> None:
-        pass
 
     def deliver_stream(self, record: StreamRecord) -> bool:
         return True  # it reads nothing
@@ -202,12 +199,6 @@ class RemoteHolder:
             return False
         self.peer.in_flight[letter.id] = self
         return True
-
-    def gap(self, stream: str, missed: int, available: int) -> None:
-        pass
-
-    def stored(self, receipt: Receipt) -> None:
-        pass
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
         """A recipient here answered a tracked letter from this address: its sender hears."""

@@ -234,6 +234,36 @@ MESSAGE_TYPES: Final[dict[int, type[LinkMessage]]] = {
 }
 
 _HEADER = struct.Struct(">2sBB")
+_QQ = struct.Struct(">QQ")
+
+
+def _take_string(header: bytes, offset: int, name: str) -> tuple[str, int]:
+    if offset >= len(header):
+        raise MalformedLink(f"{name}: string length runs past the end")
+    end = offset + 1 + header[offset]
+    if end > len(header):
+        raise MalformedLink(f"{name}: string runs past the end")
+    try:
+        return header[offset + 1 : end].decode("utf-8"), end
+    except UnicodeDecodeError as e:
+        raise MalformedLink(f"{name}: not UTF-8") from e
+
+
+def _decode_forward(header: bytes, frames: Sequence[bytes]) -> Forward:
+    """A FORWARD, decoded field by field (every forwarded record is one)."""
+    stream, offset = _take_string(header, 4, "stream")
+    if offset + 16 > len(header):
+        raise MalformedLink("origin_seq: number runs past the end")
+    origin_seq, timestamp = _QQ.unpack_from(header, offset)
+    sender, offset = _take_string(header, offset + 16, "sender")
+    subject, offset = _take_string(header, offset, "subject")
+    if offset >= len(header):
+        raise MalformedLink("history: number runs past the end")
+    if offset + 1 != len(header):
+        raise MalformedLink(f"{len(header) - offset - 1} trailing bytes")
+    return Forward(
+        stream, origin_seq, timestamp, sender, subject, header[offset], tuple(frames[1:])
+    )
 
 
 def _encode_fields(message: LinkMessage) -> bytes:
@@ -256,6 +286,49 @@ def _encode_fields(message: LinkMessage) -> bytes:
     return b"".join(parts)
 
 
+_FORWARD_HEAD = bytes((0xAA, 0xA3, 6, VERSION))
+
+
+def _short(name: str, value: str) -> bytes:
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MalformedLink(f"{name}: not encodable as UTF-8") from e
+    if len(data) > 255:
+        raise MalformedLink(f"{name}: string of {len(data)} bytes is longer than 255")
+    return bytes((len(data),)) + data
+
+
+def encode_forward(
+    stream: str,
+    origin_seq: int,
+    timestamp: int,
+    sender: str,
+    subject: str,
+    history: int,
+    content: Sequence[bytes],
+) -> list[bytes]:
+    """
+    The frames of a FORWARD, without making the message object: what
+    L{encode} gives for L{Forward} (every forwarded record is one).
+    """
+    try:
+        numbers = _QQ.pack(origin_seq, timestamp)
+    except struct.error as e:
+        raise MalformedLink(f"number out of range: {e}") from e
+    header = b"".join(
+        (
+            _FORWARD_HEAD,
+            _short("stream", stream),
+            numbers,
+            _short("sender", sender),
+            _short("subject", subject),
+            b"\x01" if history else b"\x00",
+        )
+    )
+    return [header, *content]
+
+
 def encode(message: LinkMessage) -> list[bytes]:
     """The frames of C{message}; MalformedLink for a value that does not fit."""
     frames = [_encode_fields(message)]
@@ -276,6 +349,8 @@ def decode(frames: Sequence[bytes]) -> LinkMessage:
         raise MalformedLink(f"bad signature {signature.hex()}")
     if version != VERSION:
         raise MalformedLink(f"unknown version {version}")
+    if message_id == Forward.ID:
+        return _decode_forward(header, frames)
     cls = MESSAGE_TYPES.get(message_id)
     if cls is None:
         raise MalformedLink(f"unknown message id {message_id}")
@@ -283,17 +358,8 @@ def decode(frames: Sequence[bytes]) -> LinkMessage:
     offset, end = 4, len(header)
     for name, kind in cls.LAYOUT:
         if kind == _STRING:
-            if offset >= end:
-                raise MalformedLink(f"{name}: string length runs past the end")
-            size = header[offset]
-            offset += 1
-            if offset + size > end:
-                raise MalformedLink(f"{name}: string runs past the end")
-            try:
-                values.append(header[offset : offset + size].decode("utf-8"))
-            except UnicodeDecodeError as e:
-                raise MalformedLink(f"{name}: not UTF-8") from e
-            offset += size
+            text, offset = _take_string(header, offset, name)
+            values.append(text)
         else:
             number = _NUMBERS[kind]
             if offset + number.size > end:
