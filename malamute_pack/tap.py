@@ -41,7 +41,7 @@ from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
 from malamute_pack.pack.service import PackService
 from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
-from malamute_pack.transport.gate import ReadGate
+from malamute_pack.transport.gate import Pausable, ReadGate
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.security import SecurityFileError, SecurityService
 from malamute_pack.transport.zap import ZapHandler
@@ -268,19 +268,22 @@ def makeBrokerService(
         router.setName("router" if not routers else f"router-{mechanism}")
         router.setServiceParent(top)
         routers.append(router)
-    if journal is not None:
-        # A journal that falls behind stops the broker reading from its
-        # clients (their sends wait in ZeroMQ and TCP) until it catches up.
-        gate = ReadGate(clock)
-        for router in routers:
-            gate.add(router)
-        gate.watch(broker.listening)
-        journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
+    readers: list[Pausable] = list(routers)
     if settings.pack.name is not None:
         # Last to start, first to stop: peers hear GOODBYE while the broker runs.
         pack = PackService(reactor, context, broker, journal, settings.pack, settings.data_dir)
         pack.setName("pack")
         pack.setServiceParent(top)
+        readers.append(pack)
+    if journal is not None:
+        # A journal that falls behind stops the broker reading from its
+        # clients and peers (their sends wait in ZeroMQ and TCP) until it
+        # catches up.
+        gate = ReadGate(clock)
+        for reader in readers:
+            gate.add(reader)
+        gate.watch(broker.listening)
+        journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
     return top
 
 

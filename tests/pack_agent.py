@@ -23,7 +23,8 @@ Ops:
  - ``post`` (kind ``mailbox`` or ``service``, address, subjects, tracker,
    timeout, wait ``none``/``each``/``all``, stored_timeout, interval): letters;
    with a wait (version 2), the STORED of each, in order (None for one that
-   did not come in time; with ``each``, the next is sent only after it).
+   did not come in time; with ``each``, the next is sent only after it),
+   and the longest a STORED took (``slowest``, seconds).
  - ``serve`` (reply, done, mail_done, delay): answer each service request
    by a MAILBOX_SEND to its sender (``reply``) and/or DONE (``done``, version
    2; ``delay`` seconds after it came, holding it meanwhile);
@@ -291,13 +292,17 @@ class Agent:
             raise RuntimeError("only a version 2 connection gets STORED")
         self.stored.clear()
         results: list[list[Any] | None] = []
+        sent_at: list[float] = []
+        slowest = 0.0
 
         def take_stored(n: int) -> None:
+            nonlocal slowest
             for _ in range(n):
                 if not self.wait(lambda: bool(self.stored), stored_timeout):
                     results.append(None)
                     continue
                 s = self.stored.popleft()
+                slowest = max(slowest, monotonic() - sent_at[len(results)])
                 results.append([s.id, s.status_code, s.status_reason])
 
         for subject in subjects:
@@ -309,6 +314,7 @@ class Agent:
                 content=[subject.encode()],
             )
             self._sends_letter(letter, "post")
+            sent_at.append(monotonic())
             if wait == "each":
                 take_stored(1)
             if interval:
@@ -316,7 +322,7 @@ class Agent:
         if wait == "all":
             take_stored(len(subjects))
         self.drain()
-        return {"stored": results if wait != "none" else []}
+        return {"stored": results if wait != "none" else [], "slowest": slowest}
 
     def op_collect(
         self,

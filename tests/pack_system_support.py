@@ -36,6 +36,7 @@ from malamute_pack.bench.brokerprocess import (
     python_command,
 )
 from malamute_pack.bench.netns import Host, Lan, netns_available
+from tests.support import skip_slow
 
 # The pack every test's brokers join.
 PACK = "test"
@@ -160,6 +161,9 @@ class PackCase(SynchronousTestCase):
     A test with a pack of C{size} brokers, C{h1} to C{hN}, one per host of
     a LAN, federated before the test method runs.
 
+    Slow (skipped with C{MALAMUTE_SKIP_SLOW}); skipped where namespaces
+    cannot be made (not root, no C{ip}), saying why.
+
     @cvar LANS: each test method's namespace prefix and subnet.
     @cvar size: the number of hosts and brokers.
     @cvar gossip: beacons off: h1 serves zgossip, the others connect to it,
@@ -168,6 +172,7 @@ class PackCase(SynchronousTestCase):
         (30 s); given in a config file with evasive at a third of it.
     """
 
+    skip = skip_slow
     LANS: ClassVar[dict[str, tuple[str, str]]] = {}
     size: ClassVar[int] = 3
     gossip: ClassVar[bool] = False

@@ -166,6 +166,25 @@ class ZyreSocketTests(TestCase):
         self.assertEqual((a.node.peers, b.node.peers), ({}, {}))
         await until(lambda: b.uuid in a.node.peers and a.uuid in b.node.peers)
 
+    async def test_pausedReading(self) -> None:
+        """
+        A node whose reading is paused gets nothing from its peers until it
+        resumes, then everything, in order.
+        """
+        a, a_events = self.zyre("a")
+        b, _ = self.zyre("b")
+        a.node.discovered(b.uuid, b.endpoint)
+        await until(lambda: b.uuid in a.node.peers and a.uuid in b.node.peers)
+        a_events.take()
+        a.pauseReading()
+        self.assertTrue(b.whisper(a.uuid, [b"1"]))
+        self.assertTrue(b.whisper(a.uuid, [b"2"]))
+        await settle(0.2)
+        self.assertEqual(a_events.take(), [])
+        a.resumeReading()
+        await until(lambda: len(a_events.events) == 2)
+        self.assertEqual(a_events.take(), [("whisper", "b", [b"1"]), ("whisper", "b", [b"2"])])
+
     async def test_garbage(self) -> None:
         """Garbage on an inbox, from any routing id, is counted and changes nothing."""
         a, a_events = self.zyre("a")

@@ -245,6 +245,15 @@ class ZreNode:
         self._running = True
         self._reaper.start(self._reap_interval, now=False)
 
+    def heard_all(self) -> None:
+        """
+        Count every peer as heard just now: after our own reading paused
+        (backpressure), their silence was ours, not theirs.
+        """
+        now = self._clock.seconds()
+        for peer in self._all_peers():
+            peer.last_heard = now
+
     def stop(self) -> None:
         """
         Say GOODBYE to every peer, close every link and stop the timers. No

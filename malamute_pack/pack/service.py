@@ -83,6 +83,7 @@ class PackService(Service):
         self._data_dir = data_dir
         self.pack: Pack | None = None
         self.zyre: Zyre | None = None
+        self._paused = False
 
     def startService(self) -> None:
         settings = self._settings
@@ -111,6 +112,8 @@ class PackService(Service):
             max_frame_bytes=max(MAX_FRAME_BYTES, self._broker.limits.max_message_bytes + 65536),
         )
         self.pack, self.zyre = pack, zyre
+        if self._paused:
+            zyre.pauseReading()
         pack.start()
         zyre.startService()
         super().startService()
@@ -130,6 +133,19 @@ class PackService(Service):
             return zyre.node.whisper(uuid, frames)
         except KeyError:
             return False  # gone from the node: the pack hears of its exit next
+
+    # Backpressure: what peers forward is journaled here too, so a journal
+    # that falls behind stops the broker reading from them as from clients.
+
+    def pauseReading(self) -> None:
+        self._paused = True
+        if self.zyre is not None:
+            self.zyre.pauseReading()
+
+    def resumeReading(self) -> None:
+        self._paused = False
+        if self.zyre is not None:
+            self.zyre.resumeReading()
 
     def stopService(self) -> None:
         super().stopService()

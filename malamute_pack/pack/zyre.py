@@ -139,6 +139,7 @@ class Zyre(Service):
         for group in groups:
             self.node.join(group)
         self._inbox: ZmqSocket | None = None
+        self._paused = False
         self.node_clock: IReactorTime = reactor if clock is None else clock
         # How often nodes gossip knows of and that are not peers are tried again.
         self.regossip_interval = regossip_interval
@@ -193,6 +194,8 @@ class Zyre(Service):
             raise ValueError(f"cannot bind the Zyre inbox on {endpoint}: {e}") from e
         self._inbox = ZmqSocket(self._reactor, raw, self._on_inbox)
         self._inbox.startReading()
+        if self._paused:
+            self._inbox.pauseReading()
         match = _TCP_ENDPOINT.match(bound)
         if match and match["host"] in ("0.0.0.0", "*"):
             if address is None:
@@ -249,6 +252,21 @@ class Zyre(Service):
         if self._inbox is not None:
             self._inbox.close(linger=0)
             self._inbox = None
+
+    # Backpressure (a malamute_pack.transport.gate.Pausable)
+
+    def pauseReading(self) -> None:
+        """Read nothing from peers: what they send waits in ZeroMQ's queues and then theirs."""
+        self._paused = True
+        if self._inbox is not None:
+            self._inbox.pauseReading()
+
+    def resumeReading(self) -> None:
+        """Read again; peers silent meanwhile are not held to it."""
+        self._paused = False
+        self.node.heard_all()
+        if self._inbox is not None:
+            self._inbox.resumeReading()
 
     # Conveniences
 
