@@ -37,10 +37,8 @@ Warnings, errors and tracebacks in the brokers' logs are printed (to stderr)
 and kept in the report. C{--json} prints one JSON document instead of the
 tables.
 
-Measured on the project's 2-core VM (all brokers, loads and the bridge on
-it), with the defaults:
-
-(see the figures in L{EPILOG}.)
+The figures of a default run on the project's machine are in L{EPILOG}
+(shown by C{--help}).
 
 Tests: ``tests/test_bench_pack.py``.
 """
@@ -105,8 +103,8 @@ DEFAULT_PREFIX = "mpg1"
 DEFAULT_SUBNET = "10.77.41"
 DEFAULT_BROKERS = (4, 8, 16)
 DEFAULT_ROUNDS = 3
-DEFAULT_MESSAGES = 200_000
-DEFAULT_ROUND_TRIPS = 10_000
+DEFAULT_MESSAGES = 100_000
+DEFAULT_ROUND_TRIPS = 3_000
 DEFAULT_ENTRIES = 100
 DEFAULT_TRAFFIC_SECS = 5.0
 DEFAULT_DISCOVERY_TIMEOUT = 60.0
@@ -119,8 +117,21 @@ _NOTABLE = re.compile(r"#(?:warn|error|critical)\]|Traceback|Unhandled")
 _PREFIX = re.compile(r"^mp[a-z0-9]{0,3}$")
 
 EPILOG = """\
-Measured on the project's 2-core VM with the defaults (see the pack's issue):
-figures are printed by the run itself; this help shows what it measures.
+Measured with the defaults on the project's 2-core VM (every broker, load
+process and the bridge on it; other test runs shared it, load average 4-7):
+
+  two brokers, beacons, journal on, medians of 3 rounds (cross / single host):
+    stream_1to1  13991 / 25743 msgs/s (0.54)
+    service_rr     391 / 760 round trips/s (0.51), avg RTT 2.55 / 1.31 ms
+  discovery, N brokers started at once: from the last one's 'reachable' line
+  until all have joined all (in brackets: from the first one's):
+    beacons  N=4 0.010 s (0.05), N=8 0.021 s (0.20), N=16 0.021 s (0.65)
+    gossip   N=4 0.022 s (0.07), N=8 0.131 s (0.35), N=16 0.177 s (0.37)
+  traffic, 16 brokers, what each sends its 15 peers (eth0 tx, median broker,
+  beacons / gossip):
+    directory  535 / 511 B per address (36 / 34 B per address and peer)
+    interest   751 / 835 B per (stream, pattern) (50 / 56 B per pair and peer)
+    idle       166 / 696 B/s (the gossip server: 2579 B/s)
 """
 
 
@@ -246,6 +257,12 @@ class DiscoveryWatch:
             return None
         return max(0.0, max(self.completed.values()) - start)
 
+    def formation_secs(self) -> float | None:
+        """From the first "reachable" to the last broker complete; None until then."""
+        if self.all_reachable is None or not self.complete:
+            return None
+        return max(0.0, max(self.completed.values()) - min(self.reachable.values()))
+
     def broker_secs(self) -> dict[str, float]:
         """Per complete broker, from the last "reachable" to its completion (at least 0)."""
         start = self.all_reachable
@@ -362,7 +379,7 @@ class NamespaceProcess:
     role run by L{role_main} in a network namespace.
     """
 
-    def __init__(self, netns: str, args: tuple[Any, ...], name: str | None) -> None:
+    def __init__(self, netns: str | None, args: tuple[Any, ...], name: str | None) -> None:
         self.netns = netns
         self.args = args
         self.name = name
@@ -406,10 +423,10 @@ class NamespaceContext(BaseContext):
     """
     A C{multiprocessing} context for L{scenarios.run} whose processes are
     L{NamespaceProcess}es: the role named in C{placement} runs in that
-    namespace, every other in C{default}.
+    namespace, every other in C{default} (None: this process's namespace).
     """
 
-    def __init__(self, placement: Mapping[str, str], default: str) -> None:
+    def __init__(self, placement: Mapping[str, str | None], default: str | None) -> None:
         self.placement = dict(placement)
         self.default = default
 
@@ -707,6 +724,7 @@ class DiscoveryResult:
     brokers: int
     start_secs: float | None
     discovery_secs: float | None
+    formation_secs: float | None
     broker_secs: dict[str, float]
     missing: dict[str, list[str]]
     left: list[tuple[str, str]]
@@ -725,6 +743,7 @@ class DiscoveryResult:
             show(self.start_secs, 2),
             show(self.discovery_secs, 3),
             show(median(list(self.broker_secs.values())), 3),
+            show(self.formation_secs, 2),
             show(self.rss_mb_max, 1),
             "yes" if self.complete else "NO",
         ]
@@ -736,6 +755,7 @@ DISCOVERY_HEADERS = [
     "start_s",
     "discovery_s",
     "median_broker_s",
+    "formed_s",
     "rss_mb_max",
     "complete",
 ]
@@ -791,6 +811,7 @@ def discover(
             n,
             watch.all_reachable - launched,
             watch.discovery_secs(),
+            watch.formation_secs(),
             watch.broker_secs(),
             watch.missing(),
             list(watch.left),
@@ -1067,8 +1088,10 @@ class PackReport:
             lines += self.pair.lines()
         if self.discovery:
             lines.append(
-                "# discovery: secs from the last broker's 'reachable' line until every broker "
-                "logged all N-1 others joined"
+                "# discovery: N brokers started at once; start_s: until the last one's "
+                "'reachable' line; discovery_s: from then until every broker logged all N-1 "
+                "others joined (median_broker_s: each broker's own); formed_s: the same from "
+                "the first 'reachable' line"
             )
             lines += table(DISCOVERY_HEADERS, [r.row() for r in self.discovery])
         for result in self.discovery:
@@ -1125,9 +1148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 options.entries > 0 and n == largest,
                             )
                             report.discovery.append(result)
-                            progress(" ".join(result.row()))
+                            cells = zip(DISCOVERY_HEADERS, result.row(), strict=True)
+                            progress(" ".join(f"{name}={cell}" for name, cell in cells))
                             for line in result.notable:
                                 progress(f"log: {line}")
+                            for broker, peer in result.left:
+                                progress(f"{broker} saw {peer} leave during discovery")
                             for broker, peers in result.missing.items():
                                 progress(f"{broker} never saw {', '.join(peers)} join")
         except (PackBenchError, scenarios.BenchError, BrokerError, NetnsError) as e:

@@ -106,7 +106,15 @@ class PeerBroker:
     def close(self) -> None:
         """The peer is gone: its connections end, letters it held go back to their queues."""
         self.outbox.stop()
-        for holder in [*self.mailboxes.values(), *self.workers.values()]:
+        holders = [*self.mailboxes.values(), *self.workers.values()]
+        returned = sum(len(h.connection.held) for h in holders if h.connection is not None)
+        if returned:
+            _log.info(
+                "{peer} is gone holding {count} letters and requests: back in their queues",
+                peer=self,
+                count=returned,
+            )
+        for holder in holders:
             self._broker.detach_remote(holder)
         self.mailboxes.clear()
         self.workers.clear()
