@@ -413,6 +413,26 @@ class ServiceTests(PackTestCase):
         self.offer("c", b"worker")
         self.assertEqual(self.got("c", b"worker"), ["job"])
 
+    def test_requestForGoneWorkersComesBack(self) -> None:
+        """
+        A request that reaches B after B's last worker left is refused by B
+        and goes to C's worker instead, once: not left waiting on B.
+        """
+        self.offer("b", b"worker")
+        self.offer("c", b"worker")
+        self.h("a").open(W, "client")
+        self.net.run()
+        # B's worker leaves; A hears of it only after the request is on its way.
+        self.net.full.add(("b", "a"))
+        self.h("b").send(b"worker", mlm.ConnectionClose())
+        self.h("a").send(W, mlm.ServiceSend("echo", "job", "", 0, [b"x"]))
+        self.h("a").send(W, mlm.ServiceSend("echo", "job2", "", 0, [b"x"]))
+        self.net.run()
+        self.net.full.clear()
+        self.net.run()
+        self.assertEqual(sorted(self.got("c", b"worker")), ["job", "job2"])
+        self.assertEqual(len(self.h("b").broker.post.service("echo").queue), 0)
+
     def test_requestFinishedOnPeerLeavesOrigin(self) -> None:
         """When B's v2 worker answers DONE, A forgets the request (nothing held, no bytes)."""
         h = self.h("b")

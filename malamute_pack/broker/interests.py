@@ -68,6 +68,10 @@ class Interests:
     def offers(self) -> list[tuple[str, str, int]]:
         return sorted((service, pattern, n) for (service, pattern), n in self._offers.items())
 
+    def offering(self, service: str) -> bool:
+        """Whether a local worker offers C{service} (with any pattern)."""
+        return any(name == service for name, _ in self._offers)
+
     # Changes
 
     def read(self, stream: str, pattern: str) -> None:

@@ -293,6 +293,20 @@ class PeerBroker:
         if len(self._recent) > RECENT_RELAYS:
             self._recent.popitem(last=False)
         self.counters.letters_in += 1
+        if message.kind == packlink.SERVICE and not self._broker.interests.offering(
+            message.address
+        ):
+            # Its workers here left since they were announced: the peer
+            # tries another (rather than have it wait here, and be served twice).
+            self.outbox.send(
+                packlink.encode(
+                    packlink.Answer(
+                        message.relay_id, packlink.STORED, 503, "no worker offers it here now"
+                    )
+                )
+            )
+            del self._recent[key]
+            return
         service = message.kind == packlink.SERVICE
         kind = Kind.SERVICE if service else Kind.MAILBOX
         send = mlm.ServiceSend if service else mlm.MailboxSend
