@@ -48,12 +48,12 @@ class PackStreamTests(PackCase):
     """Streams across a pack of three brokers with beacons."""
 
     LANS: ClassVar[dict[str, tuple[str, str]]] = {
-        "test_fan_out_exactly_once": ("mpf1", "10.77.31"),
-        "test_slow_remote_reader": ("mpf2", "10.77.32"),
-        "test_late_joiner_replay": ("mpf3", "10.77.33"),
+        "test_fanOutExactlyOnce": ("mpf1", "10.77.31"),
+        "test_slowRemoteReader": ("mpf2", "10.77.32"),
+        "test_lateJoinerReplay": ("mpf3", "10.77.33"),
     }
 
-    def test_fan_out_exactly_once(self) -> None:
+    def test_fanOutExactlyOnce(self) -> None:
         """
         2000 messages written on h1 reach the matching readers on h2 and h3
         each exactly once and in order; a reader on h3 whose pattern
@@ -93,7 +93,7 @@ class PackStreamTests(PackCase):
         self.assertEqual(nothing, [], "the non-matching reader on h3 got messages")
         print(f"\nfan-out: 2000 x 2 readers in {elapsed:.2f}s: {report}")
 
-    def test_slow_remote_reader(self) -> None:
+    def test_slowRemoteReader(self) -> None:
         """
         A version 2 reader on h2 that grants credit slowly (20 at a time)
         while h1 writes 1000 messages fast gets every one once, without a
@@ -128,7 +128,7 @@ class PackStreamTests(PackCase):
         )
         print(f"\nslow reader: 1000 in {elapsed:.2f}s")
 
-    def test_late_joiner_replay(self) -> None:
+    def test_lateJoinerReplay(self) -> None:
         """
         A version 2 reader that joins on h3 after h1 wrote 100 messages
         (with no reader anywhere) and reads from the earliest gets those
@@ -160,12 +160,12 @@ class PackLetterTests(PackCase):
     """Mailboxes and services across a pack of three brokers with beacons."""
 
     LANS: ClassVar[dict[str, tuple[str, str]]] = {
-        "test_letter_to_another_host": ("mpf4", "10.77.34"),
-        "test_letter_to_later_address": ("mpf5", "10.77.35"),
-        "test_service_on_another_host": ("mpf6", "10.77.36"),
+        "test_letterToAnotherHost": ("mpf4", "10.77.34"),
+        "test_letterToLaterAddress": ("mpf5", "10.77.35"),
+        "test_serviceOnAnotherHost": ("mpf6", "10.77.36"),
     }
 
-    def test_letter_to_another_host(self) -> None:
+    def test_letterToAnotherHost(self) -> None:
         """
         A letter sent on h1 (version 2: STORED 200) to an address whose
         client is connected to h2 reaches that client, once.
@@ -182,7 +182,7 @@ class PackLetterTests(PackCase):
         got += box.collect(["mail"], quiet=0.5, timeout=3.0)
         self.assertEqual([(e["s"], e["from"]) for e in got], [("hello", "sender-h1")])
 
-    def test_letter_to_later_address(self) -> None:
+    def test_letterToLaterAddress(self) -> None:
         """
         Letters sent on h1 to an address connected nowhere are stored
         (STORED 200) and reach the client that then opens with that
@@ -201,7 +201,7 @@ class PackLetterTests(PackCase):
         got += late.collect(["mail"], quiet=0.5, timeout=3.0)
         self.assertEqual(sorted(subjects(got, "")), letters, got)
 
-    def test_service_on_another_host(self) -> None:
+    def test_serviceOnAnotherHost(self) -> None:
         """
         Requests sent on h1 to a service offered only by a worker on h2
         are served there, and the worker's replies (MAILBOX_SEND to the
@@ -231,10 +231,10 @@ class PackGossipTests(PackCase):
 
     gossip = True
     LANS: ClassVar[dict[str, tuple[str, str]]] = {
-        "test_gossip_federates": ("mpf7", "10.77.37"),
+        "test_gossipFederates": ("mpf7", "10.77.37"),
     }
 
-    def test_gossip_federates(self) -> None:
+    def test_gossipFederates(self) -> None:
         """
         Brokers with beacons off (h1 serving zgossip, h2 and h3 its
         clients, each with its own peer endpoint) federate, and stream
@@ -267,11 +267,11 @@ class PackFailureTests(PackCase):
 
     expired_ms = 3000
     LANS: ClassVar[dict[str, tuple[str, str]]] = {
-        "test_sigkill_under_load": ("mpf8", "10.77.38"),
-        "test_restart_resumes_forwarding": ("mpf9", "10.77.39"),
+        "test_sigkillUnderLoad": ("mpf8", "10.77.38"),
+        "test_restartResumesForwarding": ("mpf9", "10.77.39"),
     }
 
-    def test_sigkill_under_load(self) -> None:
+    def test_sigkillUnderLoad(self) -> None:
         """
         Service requests sent from h1 one after the other (each once it is
         STORED 200) to "work", offered by version 2 workers on h2 and h3;
@@ -349,7 +349,7 @@ class PackFailureTests(PackCase):
         self.assertEqual(not_stored, [], "h1 refused or did not store requests")
         self.assertEqual(lost, [])
 
-    def test_restart_resumes_forwarding(self) -> None:
+    def test_restartResumesForwarding(self) -> None:
         """
         h2 stops cleanly: the others see it leave at once, and see it join
         again when it starts on the same data directory. Messages h1 wrote
