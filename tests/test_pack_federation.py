@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.broker import BrokerConfig
@@ -470,3 +472,52 @@ class MalformedTests(PackTestCase):
         pack.peer_joined(Peer(b"\x09" * 16, "x", {HEADER_PROTOCOL: "99"}), "pack")
         self.assertEqual(pack.counters.incompatible, 1)
         self.assertNotIn(b"\x09" * 16, pack.peers)
+
+
+# Values that reach the meaningful paths (known names, a bad pattern, big numbers).
+_names = st.sampled_from(["s", "bob", "echo", "", "x" * 255, "é"])
+_patterns = st.sampled_from(["", "x.*", "(", "prefix:x", "fields:a=1"])
+_numbers = st.sampled_from([0, 1, 2, 3, 7, 255, 65535, 2**32 - 1, 2**63])
+_contents = st.lists(st.binary(max_size=8), max_size=3).map(tuple)
+
+
+def _value(name: str, kind: str) -> st.SearchStrategy[object]:
+    if kind == "s":
+        return _patterns if name == "pattern" else _names
+    return _numbers.filter(lambda n: n < (1 << (8 * int(kind))))
+
+
+@st.composite
+def _link_messages(draw: st.DrawFn) -> packlink.LinkMessage:
+    cls = draw(st.sampled_from(list(packlink.MESSAGE_TYPES.values())))
+    values = {name: draw(_value(name, kind)) for name, kind in cls.LAYOUT}
+    if cls.HAS_CONTENT:
+        values["content"] = draw(_contents)
+    message: packlink.LinkMessage = cls(**values)
+    return message
+
+
+class RoguePeerTests(SynchronousTestCase):
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(_link_messages(), max_size=25))
+    def test_anyMessagesLeaveTheBrokerWorking(self, messages: list[packlink.LinkMessage]) -> None:
+        """
+        Whatever well-formed messages a pack member sends, in any order,
+        nothing escapes the pack, and the broker still serves its clients.
+        """
+        net = Network(Path(self.mktemp()), ["a", "b"], journal=False)
+        try:
+            net.join("a", "b")
+            pack, rogue = net.packs["a"], net.peers["b"]
+            for message in messages:
+                pack.whispered(rogue, packlink.encode(message))
+            h = net.harnesses["a"]
+            h.clock.advance(1.0)
+            h.open(R, "reader")
+            self.assertEqual(h.command(R, mlm.StreamRead("local", "")), [mlm.Ok()])
+            h.open(W, "writer")
+            self.assertEqual(h.command(W, mlm.StreamWrite("local")), [mlm.Ok()])
+            h.send(W, mlm.StreamSend("still", [b"x"]))
+            self.assertEqual(subjects(h.take(R)), ["still"])
+        finally:
+            net.close()
