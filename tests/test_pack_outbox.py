@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.pack.outbox import PeerOutbox
+from malamute_pack.pack.outbox import MESSAGE_OVERHEAD, PeerOutbox
 
 
 class FakeLink:
@@ -230,22 +230,23 @@ class PeerOutboxTests(SynchronousTestCase):
         self.assertEqual(self.link.taken, [_m("a")])
 
     def test_limitNotExceeded(self) -> None:
-        """Up to C{limit} control messages wait without an overflow."""
-        self.outbox = self.make(limit=3)
+        """Up to C{limit} bytes of control messages (overhead counted) wait without an overflow."""
+        self.outbox = self.make(limit=3 * (MESSAGE_OVERHEAD + 1))
         self.link.full = True
         for name in "abc":
             self.outbox.send(_m(name))
         self.assertEqual(self.overflows, 0)
         self.assertFalse(self.outbox.overflowed)
         self.assertEqual(len(self.outbox.waiting), 3)
+        self.assertEqual(self.outbox.waiting_bytes, 3 * (MESSAGE_OVERHEAD + 1))
 
     def test_overflow(self) -> None:
         """
-        One control message past C{limit} calls on_overflow once and drops
-        what waited; nothing is sent afterwards, retries and new sends
+        One control message past C{limit} bytes calls on_overflow once and
+        drops what waited; nothing is sent afterwards, retries and new sends
         included.
         """
-        self.outbox = self.make(limit=3)
+        self.outbox = self.make(limit=3 * (MESSAGE_OVERHEAD + 1))
         self.link.full = True
         for name in "abcd":
             self.outbox.send(_m(name))

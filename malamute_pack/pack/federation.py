@@ -77,13 +77,15 @@ class Pack:
         broker_id: str,
         whisper: WhisperTo,
         marks: Marks,
-        outbox_limit: int = 100_000,
+        outbox_limit: int = 16 * 1024 * 1024,
     ) -> None:
         """
         @param name: the pack's name (the ZRE group its brokers join).
         @param broker_id: this broker's stable id (its ZRE uuid in hex).
         @param marks: the highest origin sequence number taken per (stream,
             origin), from the journal at start (updated as records come).
+        @param outbox_limit: bytes of control messages that may wait for
+            one peer (its link full); past them the peer is dropped.
         """
         self._broker = broker
         self._clock = clock

@@ -16,6 +16,10 @@ from collections.abc import Callable, Sequence
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+# Bytes a waiting message costs beyond its frames (the deque entry, the
+# list and bytes objects), so that many tiny messages are bounded too.
+MESSAGE_OVERHEAD = 128
+
 # Sends one message's frames to the peer (a ZRE WHISPER); False: the link's
 # queue is full, nothing was sent.
 Whisper = Callable[[Sequence[bytes]], bool]
@@ -26,8 +30,10 @@ class PeerOutbox:
     The messages for one peer broker.
 
     @ivar waiting: control messages waiting for room, oldest first.
-    @ivar overflowed: whether more than C{limit} waited once (the peer
-        does not read: C{on_overflow} was called and nothing more is kept).
+    @ivar waiting_bytes: what waits, in bytes (with C{MESSAGE_OVERHEAD} each).
+    @ivar overflowed: whether more than C{limit} bytes waited once (the
+        peer does not read: C{on_overflow} was called and nothing more is
+        kept).
     """
 
     def __init__(
@@ -35,7 +41,7 @@ class PeerOutbox:
         whisper: Whisper,
         clock: IReactorTime,
         on_overflow: Callable[[], None],
-        limit: int = 100_000,
+        limit: int = 16 * 1024 * 1024,
         retry: float = 0.05,
     ) -> None:
         self._whisper = whisper
@@ -45,6 +51,7 @@ class PeerOutbox:
         self._retry = retry
         self._retrying: IDelayedCall | None = None
         self.waiting: deque[Sequence[bytes]] = deque()
+        self.waiting_bytes = 0
         self.overflowed = False
         self.sent = 0
 
@@ -56,7 +63,8 @@ class PeerOutbox:
             self.sent += 1
             return
         self.waiting.append(frames)
-        if len(self.waiting) > self._limit:
+        self.waiting_bytes += _cost(frames)
+        if self.waiting_bytes > self._limit:
             self.stop()
             self._on_overflow()
             return
@@ -79,7 +87,7 @@ class PeerOutbox:
         while waiting:
             if not self._whisper(waiting[0]):
                 return False
-            waiting.popleft()
+            self.waiting_bytes -= _cost(waiting.popleft())
             self.sent += 1
         return True
 
@@ -98,4 +106,9 @@ class PeerOutbox:
             self._retrying.cancel()
         self._retrying = None
         self.waiting.clear()
+        self.waiting_bytes = 0
         self.overflowed = True
+
+
+def _cost(frames: Sequence[bytes]) -> int:
+    return MESSAGE_OVERHEAD + sum(map(len, frames))
