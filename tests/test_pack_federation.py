@@ -460,6 +460,21 @@ class MalformedTests(PackTestCase):
         pack.whispered(self.net.peers["b"], [b"garbage"])
         self.assertEqual(pack.counters.malformed, 2)
 
+    def test_oversizedForwardRefused(self) -> None:
+        """A FORWARD past the client limits (frames, bytes) is refused and counted, not written."""
+        self.h("a").open(R, "reader")
+        self.h("a").command(R, mlm.StreamRead("s", ""))
+        pack = self.net.packs["a"]
+        member = pack.peers[self.net.peers["b"].uuid]
+        limits = self.h("a").broker.limits
+        for content in ((b"x",) * limits.max_frames, (b"x" * (limits.max_message_bytes + 1),)):
+            pack.whispered(
+                self.net.peers["b"],
+                packlink.encode(packlink.Forward("s", 1, 0, "w", "big", 0, content)),
+            )
+        self.assertEqual(member.counters.refused, 2)
+        self.assertEqual(self.got("a", R), [])
+
     def test_strangerIgnored(self) -> None:
         """A whisper from a node not in the pack is ignored and counted."""
         pack = self.net.packs["a"]

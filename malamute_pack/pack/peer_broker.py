@@ -24,7 +24,7 @@ from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.letters import Kind, Letter
-from malamute_pack.broker.limits import check_name
+from malamute_pack.broker.limits import check_name, longer_than
 from malamute_pack.broker.store import StreamRecord
 from malamute_pack.pack.outbox import PeerOutbox
 from malamute_pack.pack.sessions import PeerSession, RemoteHolder
@@ -146,10 +146,25 @@ class PeerBroker:
         if handler is None:
             return
         try:
+            if message.HAS_CONTENT:
+                self._check_size(message)
             handler(self, message)
         except Refused as e:
             self.counters.refused += 1
             _log.info("{peer}: refused {message}: {reason}", peer=self, message=message, reason=e)
+
+    def _check_size(self, message: packlink.LinkMessage) -> None:
+        """A peer is held to the limits a client is (its clients were)."""
+        limits = self._broker.limits
+        content: tuple[bytes, ...] = message.content  # type: ignore[attr-defined]
+        if len(content) >= limits.max_frames or sum(map(len, content)) > limits.max_message_bytes:
+            raise Refused(
+                f"message too large: the limits are {limits.max_frames} frames"
+                f" and {limits.max_message_bytes} bytes"
+            )
+        subject = getattr(message, "subject", "")
+        if longer_than(subject, limits.max_subject):
+            raise Refused(f"invalid subject: longer than {limits.max_subject} bytes")
 
     def _interest(self, message: packlink.LinkMessage) -> None:
         assert isinstance(message, packlink.Interest)
