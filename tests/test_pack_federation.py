@@ -435,6 +435,29 @@ class ServiceTests(PackTestCase):
         self.assertEqual(sorted(self.got("c", b"worker")), ["job", "job2"])
         self.assertEqual(len(self.h("b").broker.post.service("echo").queue), 0)
 
+    def test_doneLostInPartitionAnsweredAgain(self) -> None:
+        """
+        A request B finished while apart from A (its DONE lost) and that A
+        hands over again after they meet is answered DONE at once, not run
+        again; the requests queued behind it then flow.
+        """
+        h = self.h("b")
+        h.open(b"worker", "worker", version=2)
+        h.command(b"worker", mlm.ServiceOffer("echo", ""))
+        self.net.run()
+        self.h("a").open(W, "client", version=2)
+        self.h("a").send(W, mlm.ServiceSend("echo", "held", "", 0, [b"x"]))
+        self.h("a").send(W, mlm.ServiceSend("echo", "queued", "", 0, [b"x"]))
+        self.net.run()
+        record = next(m for m in h.take(b"worker") if isinstance(m, mlm.ServiceRecord))
+        self.net.full.add(("b", "a"))  # B's answers are lost
+        h.send(b"worker", mlm.Done(record.id))
+        self.net.run()
+        self.net.part("a", "b")
+        self.net.full.clear()
+        self.net.join("a", "b")
+        self.assertEqual(self.got("b", b"worker"), ["queued"])
+
     def test_requestFinishedOnPeerLeavesOrigin(self) -> None:
         """When B's v2 worker answers DONE, A forgets the request (nothing held, no bytes)."""
         h = self.h("b")

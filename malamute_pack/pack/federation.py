@@ -16,7 +16,6 @@ Tests: ``tests/test_pack_federation.py``.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,7 +25,7 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
 from malamute_pack.pack.outbox import PeerOutbox
-from malamute_pack.pack.peer_broker import Marks, PeerBroker
+from malamute_pack.pack.peer_broker import Marks, PeerBroker, Relays
 from malamute_pack.protocol import mlm, packlink
 
 _log = Logger()
@@ -95,8 +94,8 @@ class Pack:
         self._marks = marks
         self._outbox_limit = outbox_limit
         self.peers: dict[bytes, PeerBroker] = {}
-        # Per origin, the letters its broker handed over lately (L{PeerBroker}).
-        self._recent: dict[str, OrderedDict[tuple[int, int], None]] = {}
+        # Per origin, the letters its broker handed over lately (L{Relays}).
+        self._relays: dict[str, Relays] = {}
         self.counters = PackCounters()
 
     def start(self) -> None:
@@ -180,7 +179,7 @@ class Pack:
             outbox,
             self._marks,
             self._rehome,
-            self._recent.setdefault(origin, OrderedDict()),
+            self._relays.setdefault(origin, Relays()),
         )
         self.peers[uuid] = member
         self.counters.joined += 1

@@ -14,7 +14,7 @@ Tests: ``tests/test_pack_federation.py``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 
 from twisted.internet.interfaces import IReactorTime
@@ -38,6 +38,49 @@ RECENT_RELAYS = 100_000
 
 # Highest origin sequence number taken, by (stream, origin).
 Marks = MutableMapping[tuple[str, str], int]
+
+
+class Relays:
+    """
+    The letters one origin broker handed over lately, by (kind, relay id),
+    and for a service request whether it is done with here: kept by the
+    pack across the origin's losses and returns (a partition, a restart of
+    the origin), because the origin hands over again what it heard no
+    answer for, and must then hear the answer it missed.
+
+    @ivar send: sends a message to the origin over its current link (None
+        while it is apart): answers for requests finished meanwhile wait
+        for the origin to hand them over again.
+    """
+
+    def __init__(self, size: int = RECENT_RELAYS) -> None:
+        self._size = size
+        self._done: OrderedDict[tuple[int, int], bool] = OrderedDict()
+        self.send: Callable[[Sequence[bytes]], None] | None = None
+
+    def get(self, key: tuple[int, int]) -> bool | None:
+        """None if not handed over lately; else whether it is done with here."""
+        return self._done.get(key)
+
+    def taken(self, key: tuple[int, int]) -> None:
+        self._done[key] = False
+        if len(self._done) > self._size:
+            self._done.popitem(last=False)
+
+    def forget(self, key: tuple[int, int]) -> None:
+        self._done.pop(key, None)
+
+    def finished(self, relay_id: int) -> Callable[[Letter], None]:
+        """What a service request calls once done with here: the origin hears."""
+        key = (packlink.SERVICE, relay_id)
+
+        def finished(letter: Letter) -> None:
+            if key in self._done:
+                self._done[key] = True
+            if self.send is not None:
+                self.send(packlink.encode(packlink.Answer(relay_id, packlink.DONE, 200, "done")))
+
+        return finished
 
 
 @dataclass
@@ -69,7 +112,7 @@ class PeerBroker:
         outbox: PeerOutbox,
         marks: Marks,
         on_addresses: Callable[[str], None],
-        recent: OrderedDict[tuple[int, int], None] | None = None,
+        relays: Relays | None = None,
     ) -> None:
         """
         @param on_addresses: called with an address this peer stopped
@@ -91,11 +134,8 @@ class PeerBroker:
         self.mailboxes: dict[str, RemoteHolder] = {}
         self.workers: dict[str, RemoteHolder] = {}
         self._offered: dict[tuple[str, str], int] = {}
-        # The letters it handed over lately (kept by the pack across a
-        # partition: the peer hands over again what it heard no answer for).
-        self._recent: OrderedDict[tuple[int, int], None] = (
-            OrderedDict() if recent is None else recent
-        )
+        self._relays = Relays() if relays is None else relays
+        self._relays.send = outbox.send
         self.counters = PeerCounters()
 
     def __repr__(self) -> str:
@@ -106,6 +146,8 @@ class PeerBroker:
     def close(self) -> None:
         """The peer is gone: its connections end, letters it held go back to their queues."""
         self.outbox.stop()
+        if self._relays.send == self.outbox.send:
+            self._relays.send = None
         holders = [*self.mailboxes.values(), *self.workers.values()]
         returned = sum(len(h.connection.held) for h in holders if h.connection is not None)
         if returned:
@@ -297,16 +339,15 @@ class PeerBroker:
     def _letter(self, message: packlink.LinkMessage) -> None:
         assert isinstance(message, packlink.Letter)
         key = (message.kind, message.relay_id)
-        if key in self._recent:
-            # Handed over again (our answer was lost): it is here already.
+        done = self._relays.get(key)
+        if done is not None:
+            # Handed over again (our answer was lost): it is here already,
+            # and the answer it missed is sent again.
             self.counters.letters_repeated += 1
-            self.outbox.send(
-                packlink.encode(packlink.Answer(message.relay_id, packlink.STORED, 200, "stored"))
-            )
+            phase, reason = (packlink.DONE, "done") if done else (packlink.STORED, "stored")
+            self.outbox.send(packlink.encode(packlink.Answer(message.relay_id, phase, 200, reason)))
             return
-        self._recent[key] = None
-        if len(self._recent) > RECENT_RELAYS:
-            self._recent.popitem(last=False)
+        self._relays.taken(key)
         self.counters.letters_in += 1
         if message.kind == packlink.SERVICE and not self._broker.interests.offering(
             message.address
@@ -320,7 +361,7 @@ class PeerBroker:
                     )
                 )
             )
-            del self._recent[key]
+            self._relays.forget(key)
             return
         service = message.kind == packlink.SERVICE
         kind = Kind.SERVICE if service else Kind.MAILBOX
@@ -333,15 +374,9 @@ class PeerBroker:
             list(message.content),
         )
         # A request is answered for again once done with here (a letter once stored).
-        relay = self._finished(message.relay_id) if service else None
+        relay = self._relays.finished(message.relay_id) if service else None
         self.session.relays.append(message.relay_id)
         self._broker.post.post(kind, self.connection, outbound, message.sender, relay)
-
-    def _finished(self, relay_id: int) -> Callable[[Letter], None]:
-        def finished(letter: Letter) -> None:
-            self.outbox.send(packlink.encode(packlink.Answer(relay_id, packlink.DONE, 200, "done")))
-
-        return finished
 
     def _answer(self, message: packlink.LinkMessage) -> None:
         assert isinstance(message, packlink.Answer)
