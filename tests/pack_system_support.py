@@ -297,6 +297,32 @@ class PackCase(SynchronousTestCase):
         expected = [(i, joined(f"h{j}"), 1) for i in running for j in running if i != j]
         return self.wait_logs(expected, timeout, "the pack did not federate")
 
+    def workers_and_asker(
+        self, asker_address: str, service: str = "work", delay: float = 0.02
+    ) -> tuple[list[AgentProcess], AgentProcess]:
+        """
+        Version 2 workers of C{service} on h2 and h3 (each holds a request
+        C{delay} seconds, then DONE), and a version 2 requester on h1, once
+        h1 knows both offers (each worker served a warm-up request).
+        """
+        workers: list[AgentProcess] = []
+        for index in (2, 3):
+            worker = self.agent(index, f"worker{index}")
+            worker.call("open", version=2, address=f"worker-h{index}")
+            worker.call("offer", service=service, pattern=".*")
+            worker.call("serve", reply=False, done=True, delay=delay)
+            workers.append(worker)
+        asker = self.agent(1, "asker")
+        asker.call("open", version=2, address=asker_address)
+        warm = [f"warm-{i}" for i in range(10)]
+        asker.call("post", kind="service", address=service, subjects=warm, wait="all")
+        self.wait_until(
+            lambda: all(w.call("collect", kinds=[], timeout_s=0)["served"] > 0 for w in workers),
+            15.0,
+            "both workers serve",
+        )
+        return workers, asker
+
     def wait_until(self, check: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = monotonic() + timeout
         while not check():

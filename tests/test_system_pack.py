@@ -19,7 +19,7 @@ from time import monotonic, sleep
 from typing import Any, ClassVar
 
 from malamute_pack.protocol import mlm
-from tests.pack_system_support import AgentProcess, PackCase, joined, left
+from tests.pack_system_support import PackCase, joined, left
 
 Event = dict[str, Any]
 
@@ -279,24 +279,8 @@ class PackFailureTests(PackCase):
         every request STORED 200 is served: by h2's worker before the kill
         or by h3's afterwards (none lost; redeliveries counted).
         """
-        workers: list[AgentProcess] = []
-        for index in (2, 3):
-            worker = self.agent(index, f"worker{index}")
-            worker.call("open", version=2, address=f"worker-h{index}")
-            worker.call("offer", service="work", pattern=".*")
-            # Each request held 20 ms: h2's worker most likely holds one at the kill.
-            worker.call("serve", reply=False, done=True, delay=0.02)
-            workers.append(worker)
-        asker = self.agent(1, "asker")
-        asker.call("open", version=2, address="asker-h1")
-        # Both offers known on h1 before the run (each worker served one).
-        warm = [f"warm-{i}" for i in range(10)]
-        asker.call("post", kind="service", address="work", subjects=warm, wait="all")
-        self.wait_until(
-            lambda: all(w.call("collect", kinds=[], timeout_s=0)["served"] > 0 for w in workers),
-            15.0,
-            "both workers serve",
-        )
+        # Each request held 20 ms: h2's worker most likely holds one at the kill.
+        workers, asker = self.workers_and_asker("asker-h1")
         jobs = [f"job-{i:04d}" for i in range(200)]
         started = monotonic()
         asker.send(

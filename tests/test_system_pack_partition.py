@@ -270,23 +270,8 @@ class PackPartitionTests(PartitionCase):
         while h2 is away, by either after), none lost; h2's worker serves
         again after the heal.
         """
-        workers: list[AgentProcess] = []
-        for index in (2, 3):
-            worker = self.agent(index, f"worker{index}")
-            worker.call("open", version=2, address=f"worker-h{index}")
-            worker.call("offer", service="work", pattern=".*")
-            # Each held 20 ms: h2's worker most likely holds one at the cut.
-            worker.call("serve", reply=False, done=True, delay=0.02)
-            workers.append(worker)
-        asker = self.agent(1, "asker")
-        asker.call("open", version=2, address="asker")
-        warm = [f"warm-{i}" for i in range(10)]
-        asker.call("post", kind="service", address="work", subjects=warm, wait="all")
-        self.wait_until(
-            lambda: all(w.call("collect", kinds=[], timeout_s=0)["served"] > 0 for w in workers),
-            15.0,
-            "both workers serve",
-        )
+        # Each request held 20 ms: h2's worker most likely holds one at the cut.
+        workers, asker = self.workers_and_asker("asker")
         served: dict[str, list[str]] = {w.name: [] for w in workers}
         served_jobs(workers, served, "job-")
 
