@@ -39,6 +39,7 @@ from malamute_pack.datadir import DataDirService
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
+from malamute_pack.pack.beacon import resolve_interface
 from malamute_pack.pack.service import PackService
 from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
 from malamute_pack.transport.gate import Pausable, ReadGate
@@ -270,6 +271,11 @@ def makeBrokerService(
         routers.append(router)
     readers: list[Pausable] = list(routers)
     if settings.pack.name is not None:
+        if settings.pack.beacon is not None:
+            try:
+                resolve_interface(settings.pack.beacon)
+            except ValueError as e:
+                raise usage.UsageError(f"--beacon: {e}") from e
         # Last to start, first to stop: peers hear GOODBYE while the broker runs.
         pack = PackService(reactor, context, broker, journal, settings.pack, settings.data_dir)
         pack.setName("pack")

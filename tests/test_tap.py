@@ -24,7 +24,7 @@ from malamute_pack.bench.brokerprocess import (
     twistd_command,
 )
 from malamute_pack.broker.limits import Limits
-from malamute_pack.tap import Options
+from malamute_pack.tap import Options, makeBrokerService
 from tests.support import skip_slow
 
 
@@ -289,3 +289,10 @@ class PackOptionsTests(SynchronousTestCase):
         self.assertIn("--peer-endpoint", str(e.exception))
         with self.assertRaises(usage.UsageError):
             parse("--pack", "p", "--gossip-connect", "tcp://g:1", "--peer-endpoint", "ipc://@/x")
+
+    def test_unknownBeaconInterface(self) -> None:
+        """A beacon interface the host does not have is refused with one clear error."""
+        settings = parse("--pack", "p", "--beacon", "no-such-if0", "-d", self.mktemp())
+        with self.assertRaises(usage.UsageError) as e:
+            makeBrokerService(settings)
+        self.assertIn("no-such-if0", str(e.exception))
