@@ -159,6 +159,29 @@ class ServerCoreTests(CoreCase):
         )
         self.assertEqual(self.core.clients, [b"c1"])
 
+    def test_clientsBounded(self) -> None:
+        """
+        Past C{max_clients}, a new client's HELLO is refused and counted (it
+        gets nothing); one already known is still served, and a place freed
+        by expiry is taken again.
+        """
+        self.core.max_clients = 2
+        self.client(b"c1", Hello())
+        self.client(b"c2", Hello())
+        self.sent.take_clients()
+        self.client(b"c3", Hello())
+        self.assertEqual(self.sent.take_clients(), [])
+        self.assertEqual(self.core.counters.clients_refused, 1)
+        self.assertEqual(sorted(self.core.clients), [b"c1", b"c2"])
+        self.client(b"c1", Ping())
+        self.assertEqual(self.sent.take_clients(), [(b"c1", Pong())])
+        self.clock.advance(0.6)
+        self.client(b"c1", Ping())
+        self.clock.advance(0.6)
+        self.core.expire()
+        self.client(b"c3", Hello())
+        self.assertEqual(sorted(self.core.clients), [b"c1", b"c3"])
+
     def test_publishWithoutHello(self) -> None:
         """A PUBLISH from a client that never said HELLO gets INVALID and is not stored."""
         self.client(b"c1", Publish("k", "v"))

@@ -152,7 +152,12 @@ class GossipCounters:
     unexpected: int = 0  # well-formed messages the receiving side never takes
     expired: int = 0  # clients forgotten after client_timeout of silence
     send_failed: int = 0  # sends refused by a full queue or a vanished client
+    clients_refused: int = 0  # HELLOs of new clients past max_clients
 
+
+# Clients a gossip server keeps at once (each costs a table entry here and a
+# connection with its queues in ZeroMQ).
+MAX_CLIENTS = 10_000
 
 SendToClient = Callable[[bytes, bytes], bool]  # (routing id, frame) -> sent
 SendToRemote = Callable[[bytes], bool]  # frame -> sent
@@ -181,8 +186,14 @@ class GossipCore:
         send_to_client: SendToClient | None = None,
         client_timeout: float = 30.0,
         table: GossipTable | None = None,
+        max_clients: int = MAX_CLIENTS,
     ) -> None:
+        """
+        @param max_clients: clients the server side keeps at once; a new
+            one past them is refused (counted) until others expire.
+        """
         self._clock = clock
+        self.max_clients = max_clients
         self._on_tuple = on_tuple
         self._send_to_client = send_to_client
         self.client_timeout = client_timeout
@@ -281,6 +292,9 @@ class GossipCore:
             return
         known = route in self._clients
         if isinstance(message, Hello):
+            if not known and len(self._clients) >= self.max_clients:
+                self.counters.clients_refused += 1
+                return
             # CZMQ answers a second HELLO with INVALID; a fresh sync serves better.
             self._clients[route] = self._clock.seconds()
             self._sync_client(route)
