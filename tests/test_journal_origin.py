@@ -226,3 +226,27 @@ class OriginMarksTests(TestCase):
         yield journal.flush()
         self.assertEqual((yield journal.prune()), 3)
         self.assertEqual(journal.origin_marks(), {("s", "b1"): 41, ("s", "b2"): 7})
+
+
+class QueuedRelayTests(TestCase):
+    @inlineCallbacks
+    def test_relayRecovered(self) -> Inline:
+        """
+        A queued letter a pack peer handed over is recovered with its relay
+        origin and id; another one with "" and 0.
+        """
+        path = new_path(self)
+        journal, _ = open_journal(self, path)
+        done: list[object] = []
+        journal.store_queued("mailbox", "bob", "al", "hi", "", None, [b"x"], done.append)
+        journal.store_queued(
+            "service", "echo", "al", "job", "t", None, [b"y"], done.append, "B1", 42
+        )
+        yield journal.flush()
+        self.assertEqual(done, [None, None])
+        yield journal.close()
+        _, recovered = open_journal(self, path)
+        self.assertEqual(
+            [(r.address, r.relay_origin, r.relay_id) for r in recovered.queued],
+            [("bob", "", 0), ("echo", "B1", 42)],
+        )

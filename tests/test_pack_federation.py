@@ -47,26 +47,44 @@ class Network:
         # (from, to) pairs whose link is full: whispers are refused.
         self.full: set[tuple[str, str]] = set()
         self.sent: list[tuple[str, str, packlink.LinkMessage]] = []
+        self._base = base
+        self._journal = journal
+        base.mkdir(parents=True, exist_ok=True)
         for i, name in enumerate(names):
             self.peers[name] = Peer(bytes([i + 1]) * 16, name)
-            base.mkdir(parents=True, exist_ok=True)
-            harness = BrokerHarness(
-                BrokerConfig(timeout=60.0),
-                base / f"{name}.sqlite" if journal else None,
-                JournalConfig(prune_interval_s=3600),
-            )
-            self.harnesses[name] = harness
-            marks = harness.journal.origin_marks() if harness.journal is not None else {}
-            pack = Pack(
-                harness.broker,
-                harness.clock,
-                "pack",
-                self.peers[name].uuid.hex().upper(),
-                self._whisperer(name),
-                marks,
-            )
-            pack.start()
-            self.packs[name] = pack
+            self._start(name)
+
+    def _start(self, name: str) -> None:
+        """Start broker C{name} and its pack, on its journal file if it has one."""
+        harness = BrokerHarness(
+            BrokerConfig(timeout=60.0),
+            self._base / f"{name}.sqlite" if self._journal else None,
+            JournalConfig(prune_interval_s=3600),
+        )
+        self.harnesses[name] = harness
+        marks = harness.journal.origin_marks() if harness.journal is not None else {}
+        pack = Pack(
+            harness.broker,
+            harness.clock,
+            "pack",
+            self.peers[name].uuid.hex().upper(),
+            self._whisperer(name),
+            marks,
+        )
+        pack.start()
+        self.packs[name] = pack
+
+    def restart(self, name: str) -> None:
+        """
+        Broker C{name} stops (what is in flight to or from it is lost, the
+        others see it exit) and starts again on its journal, alone.
+        """
+        for other in self.packs:
+            if other != name:
+                self.part(name, other)
+        self.packs[name].stop()
+        self.harnesses[name].close()
+        self._start(name)
 
     def _whisperer(self, sender: str):  # type: ignore[no-untyped-def]
         def whisper(uuid: bytes, frames: object) -> bool:
@@ -330,6 +348,31 @@ class MailboxTests(PackTestCase):
         self.net.run()
         self.assertEqual(self.got("c", R), ["later"])
         self.assertEqual(len(self.h("a").broker.post.mailbox("carol")), 0)
+
+    def test_storedLetterKnownAfterRestart(self) -> None:
+        """
+        A letter B stored for A, whose answer A never got before B restarted,
+        is known when A hands it over again: stored once, delivered once.
+        """
+        self.h("b").open(R, "bob")
+        self.h("a").open(W, "alice")
+        self.net.run()
+        self.net.full.add(("b", "a"))  # nothing B says reaches A
+        self.h("b").send(R, mlm.ConnectionClose())  # bob leaves; A does not hear it
+        self.h("a").send(W, mlm.MailboxSend("bob", "once", "", 0, [b"x"]))
+        self.net.run()
+        self.assertEqual(len(self.h("b").broker.post.mailbox("bob")), 1)
+        self.net.restart("b")
+        self.net.full.clear()
+        self.net.join("a", "b")
+        self.net.join("b", "c")
+        self.assertEqual(len(self.h("b").broker.post.mailbox("bob")), 1)
+        self.assertEqual(
+            self.h("b").open(R, "bob"), [mlm.MailboxDeliver("alice", "bob", "once", "", [b"x"])]
+        )
+        self.net.run()
+        self.assertEqual(self.got("b", R), [])
+        self.assertEqual(len(self.h("a").broker.post.mailbox("bob")), 0)
 
     def test_localClientTakesAddressBack(self) -> None:
         """A client opening an address locally gets the letters that would have crossed."""

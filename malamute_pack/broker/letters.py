@@ -69,6 +69,8 @@ class Letter:
     # A service request a peer broker handed over: given only to local
     # workers (one hop), and this is called once it is done with here.
     relay: Callable[[Letter], None] | None = field(default=None, repr=False)
+    # The pack peer that handed it over (its broker id) and its id there.
+    relay_key: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.size = sum(len(frame) for frame in self.content)

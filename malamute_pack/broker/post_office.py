@@ -158,6 +158,7 @@ class PostOffice:
         message: LetterMessage,
         on_behalf_of: str | None = None,
         relay: Callable[[Letter], None] | None = None,
+        relay_key: tuple[str, int] | None = None,
     ) -> Outcome:
         """
         Take a letter from C{sender}: store it, settle its receipt once it
@@ -168,10 +169,12 @@ class PostOffice:
             a peer broker handing over a letter of one of its clients.
         @param relay: for a service request a peer broker handed over:
             called once it is done with here (see L{Letter.relay}).
+        @param relay_key: for a letter a peer broker handed over: its
+            broker id and its id there (journaled with the letter).
         """
         receipt = sender.receipts.expect(message.tracker)
         try:
-            letter = self._accept(kind, sender, message, receipt, on_behalf_of, relay)
+            letter = self._accept(kind, sender, message, receipt, on_behalf_of, relay, relay_key)
         except Refused as e:
             self._settle(sender, receipt, 0, e.code, e.reason)
             return Outcome(Posted.REFUSED, refusal=e)
@@ -199,6 +202,7 @@ class PostOffice:
         receipt: Receipt,
         on_behalf_of: str | None = None,
         relay: Callable[[Letter], None] | None = None,
+        relay_key: tuple[str, int] | None = None,
     ) -> Letter:
         limits = self._limits
         check_name(f"{kind.value} address", message.address, limits.max_address)
@@ -216,6 +220,7 @@ class PostOffice:
             deadline,
             sender.session,
             relay=relay,
+            relay_key=relay_key,
         )
         cost = letter.size + LETTER_OVERHEAD
         if self.letter_bytes + cost > limits.letters_max_bytes:
@@ -240,6 +245,7 @@ class PostOffice:
                 deadline,
                 letter.content,
                 lambda error: self._durable(sender, letter, receipt, error),
+                *(relay_key or ()),
             ).id
         if deadline is not None:
             self._deadlines.add(letter)
@@ -470,6 +476,7 @@ class PostOffice:
                 record.tracker,
                 record.content,
                 record.deadline,
+                relay_key=(record.relay_origin, record.relay_id) if record.relay_origin else None,
             )
             self._queue_of(kind, letter.address).append(letter, bounded=False)
             self._charge(letter, letter.size + LETTER_OVERHEAD)

@@ -63,6 +63,10 @@ class QueuedRecord:
     deadline: float | None
     created: float
     content: tuple[bytes, ...]
+    # The pack peer that handed it over (its broker id; "" for none) and
+    # that peer's id for it.
+    relay_origin: str = ""
+    relay_id: int = 0
 
 
 class StoreError(Exception):
@@ -123,8 +127,14 @@ class Store(Protocol):
         deadline: float | None,
         content: Sequence[bytes],
         on_durable: DurableCallback,
+        relay_origin: str = "",
+        relay_id: int = 0,
     ) -> QueuedRecord:
-        """Journal a mailbox or service letter; C{on_durable} once committed (or failed)."""
+        """
+        Journal a mailbox or service letter; C{on_durable} once committed (or
+        failed). C{relay_origin} and C{relay_id}: the pack peer that handed
+        it over, and its id there.
+        """
 
     def remove_queued(self, record_id: int) -> None:
         """Forget a letter that is done with."""

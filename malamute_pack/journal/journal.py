@@ -278,15 +278,15 @@ class Journal:
             ).fetchone()
             streams[stream] = (first if first is not None else last_seq + 1, last_seq)
         rows = conn.execute(
-            "SELECT id, kind, address, sender, subject, tracker, deadline, created, content "
-            "FROM queued_messages ORDER BY id"
+            "SELECT id, kind, address, sender, subject, tracker, deadline, created, content,"
+            " relay_origin, relay_id FROM queued_messages ORDER BY id"
         )
         queued: list[QueuedRecord] = []
-        for rid, kind, address, sender, subject, tracker, deadline, created, blob in rows:
+        for rid, kind, address, sender, subject, tracker, deadline, created, blob, *relay in rows:
             frames = decode_frames(blob)
             queued.append(
                 QueuedRecord(
-                    rid, kind, address, sender, subject, tracker, deadline, created, frames
+                    rid, kind, address, sender, subject, tracker, deadline, created, frames, *relay
                 )
             )
         row = conn.execute(
@@ -502,11 +502,15 @@ class Journal:
         deadline: float | None,
         content: Sequence[bytes],
         on_durable: DurableCallback,
+        relay_origin: str = "",
+        relay_id: int = 0,
     ) -> QueuedRecord:
         """
         Journal a mailbox or service-queue message; its id is assigned now.
         ``on_durable`` is called in the reactor thread with ``None`` once it
         has committed, or with the JournalError if its batch failed.
+        ``relay_origin`` and ``relay_id`` name the pack peer that handed it
+        over and its id there.
         """
         if kind not in QUEUED_KINDS:
             raise ValueError(f"kind must be 'mailbox' or 'service': {kind!r}")
@@ -522,6 +526,8 @@ class Journal:
             deadline,
             self._clock.seconds(),
             tuple(content),
+            relay_origin,
+            relay_id,
         )
         self._next_id += 1
         store = QueuedStore(record, on_durable)

@@ -21,7 +21,9 @@ Tables:
 - ``streams``: per stream, the highest sequence number ever assigned
   (survives pruning everything, so numbers are never reused) and the count
   and bytes retained, kept in step by the writer in the same transactions.
-- ``queued_messages``: mailbox and service-queue messages until confirmed.
+- ``queued_messages``: mailbox and service-queue messages until confirmed;
+  ``relay_origin`` and ``relay_id`` say which pack peer handed one over
+  (its broker id and its own id for it; '' and 0 for the others).
 - ``journal_counters``: named high-water marks (``queued_last_id``) and the
   ``running`` flag that tells a crash from a clean close.
 - ``journal_identity``: one row, the journal's identity (a random id made
@@ -134,11 +136,20 @@ def _add_stream_origin(db: Database) -> None:
     )
 
 
+def _add_queued_relay(db: Database) -> None:
+    # A letter a pack peer handed over remembers where from, so that the
+    # same letter handed over again after a restart is known (pack/).
+    queued = db.table("queued_messages")
+    queued.add_column("relay_origin", str, not_null_default="")
+    queued.add_column("relay_id", int, not_null_default=0)
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
     _add_address_owners,
     _add_stream_origin,
+    _add_queued_relay,
 )
 
 

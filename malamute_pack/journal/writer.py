@@ -145,8 +145,9 @@ _UPSERT_STREAM_STATS: Final = (
 )
 _INSERT_QUEUED: Final = (
     "INSERT INTO queued_messages "
-    "(id, kind, address, sender, subject, tracker, deadline, created, content) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "(id, kind, address, sender, subject, tracker, deadline, created, content,"
+    " relay_origin, relay_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
 _CHUNKED: Final = {single: _chunked(single) for single in (_INSERT_STREAM, _INSERT_QUEUED)}
@@ -441,6 +442,8 @@ class JournalWriter:
                         r.deadline,
                         r.created,
                         blob,
+                        r.relay_origin,
+                        r.relay_id,
                     )
                 )
                 callbacks.append(op.on_durable)

@@ -24,6 +24,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
+from malamute_pack.broker.letters import Kind
+from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.pack.outbox import PeerOutbox
 from malamute_pack.pack.peer_broker import Marks, PeerBroker, Relays
 from malamute_pack.protocol import mlm, packlink
@@ -97,9 +99,31 @@ class Pack:
         # Per origin, the letters its broker handed over lately (L{Relays}).
         self._relays: dict[str, Relays] = {}
         self.counters = PackCounters()
+        self._log_limit = LogLimit(clock, _log)
 
     def start(self) -> None:
         self._broker.interests.listener = self
+        self._remember_relayed()
+
+    def _remember_relayed(self) -> None:
+        """
+        The letters peers handed over that the journal gave back at start:
+        known when a peer hands one over again (it heard no answer before
+        this broker stopped), and a request answered for once done.
+        """
+        post = self._broker.post
+        queues = [*post.mailboxes.values(), *(s.queue for s in post.services.values())]
+        for queue in queues:
+            for letter in queue:
+                if letter.relay_key is None:
+                    continue
+                origin, relay_id = letter.relay_key
+                relays = self._relays.setdefault(origin, Relays())
+                if letter.kind is Kind.SERVICE:
+                    relays.taken((packlink.SERVICE, relay_id))
+                    letter.relay = relays.finished(relay_id)
+                else:
+                    relays.taken((packlink.MAILBOX, relay_id))
 
     def stop(self) -> None:
         self._broker.interests.listener = None
@@ -146,7 +170,9 @@ class Pack:
             message = packlink.decode(content)
         except packlink.MalformedLink as e:
             self.counters.malformed += 1
-            _log.info("malformed message from {peer}: {reason}", peer=member, reason=e)
+            self._log_limit.info(
+                "malformed", "malformed message from {peer}: {reason}", peer=member, reason=e
+            )
             return
         if isinstance(message, packlink.Sync):
             member.reset()

@@ -25,6 +25,7 @@ from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.limits import check_name, longer_than
+from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.broker.store import StreamRecord
 from malamute_pack.pack.outbox import PeerOutbox
 from malamute_pack.pack.sessions import PeerSession, RemoteHolder
@@ -137,6 +138,7 @@ class PeerBroker:
         self._relays = Relays() if relays is None else relays
         self._relays.send = outbox.send
         self.counters = PeerCounters()
+        self._log_limit = LogLimit(clock, _log)
 
     def __repr__(self) -> str:
         return f"<PeerBroker {self.name} {self.origin}>"
@@ -193,7 +195,14 @@ class PeerBroker:
             handler(self, message)
         except Refused as e:
             self.counters.refused += 1
-            _log.info("{peer}: refused {message}: {reason}", peer=self, message=message, reason=e)
+            # A peer decides how much it sends: a line per refusal would let it fill the log.
+            self._log_limit.info(
+                "refused",
+                "{peer}: refused {kind}: {reason}",
+                peer=self,
+                kind=type(message).__name__,
+                reason=e,
+            )
 
     def _check_size(self, message: packlink.LinkMessage) -> None:
         """A peer is held to the limits a client is (its clients were)."""
@@ -376,7 +385,9 @@ class PeerBroker:
         # A request is answered for again once done with here (a letter once stored).
         relay = self._relays.finished(message.relay_id) if service else None
         self.session.relays.append(message.relay_id)
-        self._broker.post.post(kind, self.connection, outbound, message.sender, relay)
+        self._broker.post.post(
+            kind, self.connection, outbound, message.sender, relay, (self.origin, message.relay_id)
+        )
 
     def _answer(self, message: packlink.LinkMessage) -> None:
         assert isinstance(message, packlink.Answer)
