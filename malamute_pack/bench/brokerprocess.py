@@ -308,14 +308,11 @@ class BrokerProcess:
         )
         return command if self.netns is None else netns_command(self.netns, command)
 
-    def start(self, timeout: float = 30.0) -> None:
+    def launch(self) -> None:
         """
-        Start it and wait until it serves: it has logged the endpoint it
-        bound and answered CONNECTION_OPEN. After the first start it binds
-        that same endpoint again.
-
-        @raise BrokerError: if it exits first or does not serve within
-            C{timeout} seconds (it is killed then).
+        Start the process and return at once, without waiting for it to
+        serve (L{start} waits; many brokers launched together start in
+        parallel, and their logs say when each is ready).
         """
         if self.alive():
             raise BrokerError("the broker is already running")
@@ -330,6 +327,17 @@ class BrokerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+
+    def start(self, timeout: float = 30.0) -> None:
+        """
+        Start it and wait until it serves: it has logged the endpoint it
+        bound and answered CONNECTION_OPEN. After the first start it binds
+        that same endpoint again.
+
+        @raise BrokerError: if it exits first or does not serve within
+            C{timeout} seconds (it is killed then).
+        """
+        self.launch()
         deadline = time.monotonic() + timeout
         try:
             bound = self._wait_bound(deadline)

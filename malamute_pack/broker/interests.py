@@ -55,6 +55,7 @@ class Interests:
         self.listener: InterestListener | None = None
         self._readings: Counter[tuple[str, str]] = Counter()
         self._offers: Counter[tuple[str, str]] = Counter()
+        self._workers: Counter[str] = Counter()  # offers per service, all patterns
         self._addresses: set[str] = set()
 
     # What there is now (a peer's full resynchronisation)
@@ -70,7 +71,7 @@ class Interests:
 
     def offering(self, service: str) -> bool:
         """Whether a local worker offers C{service} (with any pattern)."""
-        return any(name == service for name, _ in self._offers)
+        return self._workers[service] > 0
 
     # Changes
 
@@ -106,6 +107,9 @@ class Interests:
 
     def offered(self, service: str, pattern: str, change: int) -> None:
         key = (service, pattern)
+        self._workers[service] += change
+        if self._workers[service] <= 0:
+            del self._workers[service]
         count = self._offers[key] + change
         if count > 0:
             self._offers[key] = count

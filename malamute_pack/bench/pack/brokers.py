@@ -1,7 +1,7 @@
 """
 The pack benchmark's brokers, each in its host's network namespace: their
 C{twistd malamute} pack arguments (L{pack_arguments}), many started at once
-(L{launch}), all stopped and checked (L{stop_all}, L{running}), and their
+(L{BrokerProcess.launch}), all stopped and checked (L{stop_all}, L{running}), and their
 logs followed (L{follow}, L{notable_lines}).
 
 Tests: ``tests/test_bench_pack.py``.
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 
-from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess, checkout_environment
+from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
 from malamute_pack.bench.netns import Host
 from malamute_pack.bench.pack.common import BEACON, PackBenchError
 from malamute_pack.bench.pack.logs import DiscoveryWatch, LogFollower, notable
@@ -38,24 +38,6 @@ def pack_arguments(mode: str, pack: str, host: Host, first: Host) -> list[str]:
     gossip = f"tcp://{first.address}:{GOSSIP_PORT}"
     discovery = ["--gossip-bind" if host is first else "--gossip-connect", gossip]
     return [*arguments, *discovery, "--peer-endpoint", f"tcp://{host.address}:*"]
-
-
-def launch(broker: BrokerProcess) -> None:
-    """
-    Start C{broker} and return at once (as L{BrokerProcess.start} does, but
-    without waiting for it to serve): many start in parallel, and their
-    logs say when each is in the pack.
-    """
-    broker.directory.mkdir(parents=True, exist_ok=True)
-    with broker.log.open("ab") as out:
-        broker.process = subprocess.Popen(
-            broker.command(),
-            cwd=broker.directory,
-            env=checkout_environment(PYTHONUNBUFFERED="1"),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
 
 
 def stop_all(brokers: Sequence[BrokerProcess], timeout: float = 60.0) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.bench.netns import Lan
-from malamute_pack.bench.pack.brokers import follow, launch, notable_lines, pack_arguments, running
+from malamute_pack.bench.pack.brokers import follow, notable_lines, pack_arguments, running
 from malamute_pack.bench.pack.common import BROKER_TIMEOUT_MS, CLIENT_ENDPOINT, PackBenchError
 from malamute_pack.bench.pack.figures import median, show
 from malamute_pack.bench.pack.logs import DiscoveryWatch
@@ -98,7 +98,7 @@ def discover(
     with running(list(brokers.values())):
         launched = time.monotonic()
         for broker in brokers.values():
-            launch(broker)
+            broker.launch()
         follow(brokers, watch, lambda: watch.complete, options.discovery_timeout)
         if watch.all_reachable is None:
             slow = sorted(set(brokers) - set(watch.reachable))
