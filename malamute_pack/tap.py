@@ -334,6 +334,7 @@ def _curve_secret(settings: _settings.Settings) -> bytes:
 
 def _restore(broker: Broker, found: Recovered) -> None:
     broker.restore(found.queued)
+    broker.streams.appends.restore(found.appends)
 
 
 def makeService(options: Options) -> IService:

@@ -50,6 +50,7 @@ class BrokerHarness:
         self.sessions = MlmSessions(self.broker, self._record, config.limits)
         if journal_at is not None:
             self.broker.restore(self.recovered.queued)
+            self.broker.streams.appends.restore(self.recovered.appends)
         self.broker.start()
 
     def _record(self, route: bytes, frames: Sequence[bytes]) -> bool:
@@ -69,7 +70,12 @@ class BrokerHarness:
         journal = self.journal
         registry = self.broker.registry
         self.clock.run_thread_calls(
-            lambda: journal.pending_writes == 0 and not any(c.replaying for c in registry)
+            lambda: (
+                journal.pending_writes == 0
+                and not any(
+                    c.replaying or any(r.reading for r in c.ranges.values()) for c in registry
+                )
+            )
         )
 
     def close(self) -> None:

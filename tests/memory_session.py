@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import StreamRecord
+from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm
 
 
@@ -115,3 +115,20 @@ class InMemorySession:
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
         self.said.append(Said("confirm", (tracker, code, reason)))
+
+    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
+        self.said.append(Said("status", (stream, first, last, position)))
+
+    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
+        if self.full:
+            return False
+        self.said.append(Said("chunk", (stream, tuple(row.seq for row in rows))))
+        return True
+
+    def range_end(self, stream: str, last: int) -> None:
+        self.said.append(Said("end", (stream, last)))
+
+    def appended(
+        self, stream: str, key: str, first: int, last: int, code: int, reason: str
+    ) -> None:
+        self.said.append(Said("appended", (stream, key, first, last, code)))

@@ -30,7 +30,7 @@ from malamute_pack.broker.machine import (
     Unresponsive,
     row,
 )
-from malamute_pack.protocol import mlm
+from malamute_pack.protocol import chunks, mlm
 from tests.memory_session import InMemorySession
 
 # Every kind of event a session can meet: each message class and each internal event.
@@ -56,7 +56,9 @@ UNREACHABLE: dict[tuple[State, EventType], str] = {
 
 # Commands that the model refuses on a fresh connection (nothing delivered
 # to answer), which the table still names.
-REFUSED_WHEN_FRESH = {mlm.Confirm, mlm.Done}
+# Refused on a fresh connection of a broker without a journal: a CONFIRM or
+# DONE for nothing held, and the bulk reads (which need the journal).
+REFUSED_WHEN_FRESH = {mlm.Confirm, mlm.Done, mlm.StreamQuery, mlm.StreamReadRange}
 
 
 def sample(event_type: EventType) -> mlm.Message | InternalEvent:
@@ -78,6 +80,7 @@ def sample(event_type: EventType) -> mlm.Message | InternalEvent:
         mlm.ServiceSend: mlm.ServiceSend("svc", "subject", "", 0, [b"x"]),
         mlm.ServiceOffer: mlm.ServiceOffer("svc", ""),
         mlm.Credit: mlm.Credit(5),
+        mlm.StreamAppend: mlm.StreamAppend("s", "k", [chunks.encode_append([("a", [b"x"])])]),
     }
     if event_type in samples:
         return samples[event_type]

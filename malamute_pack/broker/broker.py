@@ -46,12 +46,13 @@ from malamute_pack.broker.machine import (
     Unresponsive,
 )
 from malamute_pack.broker.post_office import LetterMessage, Posted, PostOffice
+from malamute_pack.broker.ranges import Ranges
 from malamute_pack.broker.registry import Registry
 from malamute_pack.broker.session import Session
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.store import QueuedRecord, Store
 from malamute_pack.broker.streams import Streams
-from malamute_pack.protocol import mlm
+from malamute_pack.protocol import chunks, mlm
 
 _log = Logger()
 
@@ -132,7 +133,9 @@ class Broker:
             config.replay_batch,
             config.limits.max_subject,
             self.interests,
+            config.limits.append_keys,
         )
+        self.ranges = Ranges(store, self.stalled)
         self.post = PostOffice(
             clock,
             store,
@@ -176,6 +179,7 @@ class Broker:
         self.post.deliver_mail(connection)
         self.post.dispatch_offered(connection)
         self.streams.resume_all(connection)
+        self.ranges.resume_all(connection)
 
     # Input (the Receiver interface)
 
@@ -341,6 +345,7 @@ class Broker:
         connection = self._connection(session)
         self.registry.remove(connection)
         self.streams.forget(connection)
+        connection.ranges.clear()
         self.post.withdraw(connection)
         self.post.forget(connection)
         if event is EXPIRED:
@@ -368,11 +373,65 @@ class Broker:
         )
 
     def action_resume_streams(self, session: Session, event: Event) -> None:
-        self.streams.resume_all(self._connection(session))
+        connection = self._connection(session)
+        self.streams.resume_all(connection)
+        if connection.ranges:
+            self.ranges.resume_all(connection)
 
     def action_cancel_reader(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.StreamCancel)
-        self.streams.cancel(self._connection(session), event.stream)
+        connection = self._connection(session)
+        self.streams.cancel(connection, event.stream)
+        self.ranges.cancel(connection, event.stream)
+
+    def action_query_stream(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamQuery)
+        connection = self._connection(session)
+        check_name("stream name", event.stream, self.limits.max_address)
+        if self.access is not None:
+            self.access.check(session.user, Right.READ, event.stream)
+        self.ranges.query(connection, event.stream, event.whence, event.position)
+
+    def action_store_range_reader(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamReadRange)
+        connection = self._connection(session)
+        check_name("stream name", event.stream, self.limits.max_address)
+        if self.access is not None:
+            self.access.check(session.user, Right.READ, event.stream)
+        self.ranges.read(connection, event.stream, event.pattern, event.first, event.last)
+
+    def action_append_to_stream(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamAppend)
+        connection = self._connection(session)
+        name, key = event.address, event.key
+
+        def answer(first: int, last: int, code: int, reason: str) -> None:
+            if not connection.gone:
+                session.appended(name, key, first, last, code, reason)
+
+        # Every outcome is a STREAM_APPENDED, refusals included.
+        try:
+            check_name("stream name", name, self.limits.max_address)
+            check_name("append key", key, self.limits.max_address)
+            if self.access is not None:
+                self.access.check(session.user, Right.WRITE, name)
+            if len(event.content) != 1:
+                raise Refused("invalid append: its records must be one content frame")
+            try:
+                records = chunks.decode_append(event.content[0])
+            except mlm.MalformedMessage as e:
+                raise Refused(f"invalid append: {e}") from e
+            self._check_frames(records)
+            self.streams.append(connection, name, key, records, answer)
+        except Refused as e:
+            self._count_refusal(e)
+            answer(0, 0, e.code, mlm.fit_string(e.reason))
+
+    def _check_frames(self, records: list[tuple[str, tuple[bytes, ...]]]) -> None:
+        limit = self.limits.max_frames
+        for _, frames in records:
+            if len(frames) >= limit:
+                raise Refused(f"invalid append: a record of more than {limit - 1} frames")
 
     def action_write_to_stream(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.StreamSend)

@@ -17,6 +17,7 @@ from malamute_pack.broker.receipts import Receipts
 
 if TYPE_CHECKING:
     from malamute_pack.broker.letters import Letter
+    from malamute_pack.broker.ranges import RangeRead
     from malamute_pack.broker.session import Session
     from malamute_pack.broker.stream import Stream
 
@@ -51,6 +52,7 @@ class Connection:
     @ivar history: the streams it asked to read from a position (earliest,
         a sequence number or a time): records a peer replays from its
         history reach it live; a reader from the latest never gets them.
+    @ivar ranges: its range reads under way (STREAM_READ_RANGE), by stream.
     """
 
     session: Session
@@ -70,6 +72,7 @@ class Connection:
     stalled: bool = False
     remote: bool = False
     history: set[str] = field(default_factory=set)
+    ranges: dict[str, RangeRead] = field(default_factory=dict)
 
     @property
     def gone(self) -> bool:

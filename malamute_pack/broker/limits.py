@@ -45,6 +45,8 @@ class Limits:
     @ivar receive_queue: messages ZeroMQ queues from one peer that the
         broker has not read yet; beyond it the peer's sends wait (ZeroMQ
         and TCP backpressure).
+    @ivar append_keys: keys of idempotent appends (STREAM_APPEND) the
+        broker remembers, in all streams; the oldest are forgotten first.
     """
 
     max_message_bytes: int = 4 * 1024 * 1024
@@ -62,6 +64,7 @@ class Limits:
     journal_backlog_bytes: int = 32 * 1024 * 1024
     send_queue: int = 4_000
     receive_queue: int = 1_000
+    append_keys: int = 100_000
 
     def __post_init__(self) -> None:
         for name in self.__slots__:

@@ -120,6 +120,9 @@ class Action(enum.Enum):
     CREDIT = "credit"
     CONFIRM = "confirm"
     DONE = "done"
+    QUERY_STREAM = "query_stream"
+    STORE_RANGE_READER = "store_range_reader"
+    APPEND_TO_STREAM = "append_to_stream"
 
 
 class Row(NamedTuple):
@@ -161,6 +164,15 @@ MACHINE: Final[dict[tuple[State, EventType], Row]] = {
     ),
     (State.CONNECTED, mlm.Confirm): Row((_A.CONFIRM,), State.CONNECTED),
     (State.CONNECTED, mlm.Done): Row((_A.REQUIRE_DIALECT, _A.DONE), State.CONNECTED),
+    # Bulk reads and idempotent appends (a data pipeline's).
+    (State.CONNECTED, mlm.StreamQuery): Row((_A.REQUIRE_DIALECT, _A.QUERY_STREAM), State.CONNECTED),
+    (State.CONNECTED, mlm.StreamReadRange): Row(
+        (_A.REQUIRE_DIALECT, _A.STORE_RANGE_READER, _A.REPLY_OK, _A.RESUME_STREAMS),
+        State.CONNECTED,
+    ),
+    (State.CONNECTED, mlm.StreamAppend): Row(
+        (_A.REQUIRE_DIALECT, _A.APPEND_TO_STREAM), State.CONNECTED
+    ),
     (State.CONNECTED, Expired): _END,
     (State.CONNECTED, Unresponsive): _END,
     (State.CONNECTED, TakenOver): _END,

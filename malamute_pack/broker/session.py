@@ -23,7 +23,7 @@ from typing import Protocol
 
 from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.receipts import Receipt
-from malamute_pack.broker.store import StreamRecord
+from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm
 
 
@@ -103,6 +103,27 @@ class Session(Protocol):
 
     def stored(self, receipt: Receipt) -> None:
         """The outcome of a letter this session sent (receipts come in send order)."""
+
+    # Bulk reads and idempotent appends (a data pipeline's; version 2)
+
+    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
+        """Answer a stream query: first retained, last committed, and the position asked."""
+
+    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
+        """
+        Records of a range read, in order.
+
+        @return: False if the party cannot take them now: they were not
+            sent, and the broker reads them again later.
+        """
+
+    def range_end(self, stream: str, last: int) -> None:
+        """A range read of C{stream} is complete up to C{last}."""
+
+    def appended(
+        self, stream: str, key: str, first: int, last: int, code: int, reason: str
+    ) -> None:
+        """The outcome of an append this session sent (C{first}..C{last} its records)."""
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
         """The recipient of a tracked letter this session sent answered it (or it expired)."""

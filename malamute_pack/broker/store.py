@@ -17,6 +17,9 @@ from typing import NamedTuple, Protocol
 
 from twisted.internet.defer import Deferred
 
+# A stored record as bulk reads carry it (its frames as the journal keeps them).
+from malamute_pack.protocol.chunks import ChunkRow as ChunkRow
+
 
 class StreamRecord(NamedTuple):
     """
@@ -69,6 +72,15 @@ class QueuedRecord:
     relay_id: int = 0
 
 
+class AppendKey(NamedTuple):
+    """The key of an idempotent append, and the sequence numbers its records got."""
+
+    stream: str
+    key: str
+    first: int
+    last: int
+
+
 class StoreError(Exception):
     """
     A store operation failed; C{reason} is a short text for clients (no
@@ -116,6 +128,34 @@ class Store(Protocol):
 
     def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
         """The first sequence number with a timestamp at or after C{t}."""
+
+    def durable_seq(self, stream: str) -> int:
+        """The last sequence number whose record is committed (0 for none)."""
+
+    def read_rows(
+        self, stream: str, from_seq: int, to_seq: int, limit: int, max_bytes: int
+    ) -> Deferred[list[ChunkRow]]:
+        """
+        Committed records from C{from_seq} to C{to_seq}, in order: up to
+        C{limit} of them and about C{max_bytes} of content (at least one).
+        """
+
+    def append_batch(
+        self,
+        stream: str,
+        sender: str,
+        records: Sequence[tuple[str, Sequence[bytes]]],
+        timestamp: float,
+        key: str,
+        forget: Sequence[tuple[str, str]],
+        on_durable: DurableCallback,
+    ) -> int:
+        """
+        Journal C{records} (subject, frames) and remember C{key} for them,
+        all or nothing, forgetting the (stream, key) pairs in C{forget}; the
+        first record's sequence number (the others follow). C{on_durable}
+        once committed (or failed).
+        """
 
     def store_queued(
         self,

@@ -22,19 +22,20 @@ Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from malamute_pack.broker.appends import AppendKeys, Waiter
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.limits import longer_than
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.store import Store, StreamRecord
+from malamute_pack.broker.store import Store, StoreError, StreamRecord
 from malamute_pack.broker.stream import Stream
 from malamute_pack.matching import PatternError, validate_pattern
 from malamute_pack.protocol import mlm
@@ -61,6 +62,7 @@ class Streams:
     @ivar delivered: deliveries made (live and from the journal).
     @ivar dropped: messages a reader missed (no journal to replay from).
     @ivar gaps: times a reader lost messages to retention.
+    @ivar appends: the keys of the idempotent appends written and being written.
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class Streams:
         replay_batch: int,
         max_subject: int = 255,
         interests: Interests | None = None,
+        append_keys: int = 100_000,
     ) -> None:
         self._clock = clock
+        self.appends = AppendKeys(append_keys)
         # Told of local readers' patterns (the pack announces them to peers).
         self._interests = interests
         self._stalled = stalled
@@ -203,6 +207,19 @@ class Streams:
         if not readers:
             return
         record = _new_record((name, seq, now, sender, subject, content, origin, origin_seq))
+        self._fan_out(stream, writer, record, readers, history)
+
+    def _fan_out(
+        self,
+        stream: Stream,
+        writer: Connection,
+        record: StreamRecord,
+        readers: Iterable[Connection],
+        history: bool = False,
+    ) -> None:
+        """Deliver C{record} to the live C{readers} it matched."""
+        name = record.stream
+        seq = record.seq
         delivered = 0
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
@@ -231,6 +248,61 @@ class Streams:
             self.dropped += 1
         else:
             reader.behind[stream.name] = seq
+
+    # Idempotent appends
+
+    def append(
+        self,
+        writer: Connection,
+        name: str,
+        key: str,
+        records: Sequence[tuple[str, Sequence[bytes]]],
+        answer: Waiter,
+    ) -> None:
+        """
+        Write C{records} (subject, frames) to C{name} as C{writer}, all or
+        none, unless C{key} was written there already; C{answer} gets the
+        outcome (first and last sequence numbers, code, reason) once the
+        records are durable, or at once for a key already written.
+        """
+        for subject, _ in records:
+            if longer_than(subject, self._max_subject):
+                raise Refused(f"invalid subject: longer than {self._max_subject} bytes")
+        found = self.appends.written(name, key)
+        if found is not None:
+            answer(found[0], found[1], mlm.ALREADY_WRITTEN, "already written")
+            return
+        if self.appends.wait(name, key, answer):
+            return  # the same key is being written: its outcome is this one's
+        forget = self.appends.begin(name, key, answer)
+        stream = self.require(name)
+        now = self._clock.seconds()
+        count = len(records)
+        store = self._store
+        if store is not None:
+            first = store.last_seq(name) + 1
+            last = first + count - 1
+
+            def durable(error: StoreError | None) -> None:
+                if error is None:
+                    self.appends.end(name, key, first, last, mlm.SUCCESS, "")
+                else:
+                    self.appends.end(name, key, first, last, mlm.FAILED, error.reason)
+
+            given = store.append_batch(name, writer.address, records, now, key, forget, durable)
+            assert given == first, (given, first)
+        else:
+            first = self._last_seq.get(name, 0) + 1
+            last = self._last_seq[name] = first + count - 1
+        stream.messages += count
+        sender = writer.address
+        for seq, (subject, content) in enumerate(records, first):
+            readers = stream.readers.match(subject)
+            if readers:
+                record = _new_record((name, seq, now, sender, subject, content, "", 0))
+                self._fan_out(stream, writer, record, readers)
+        if store is None:
+            self.appends.end(name, key, first, last, mlm.SUCCESS, "")
 
     # Reading from a position
 

@@ -29,7 +29,7 @@ import sqlite3
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -42,6 +42,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from malamute_pack.broker.store import AppendKey, ChunkRow
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.identity import (
@@ -72,6 +73,7 @@ from malamute_pack.journal.writer import (
     QueuedRemove,
     QueuedStore,
     Stop,
+    StreamAppend,
     WriteOp,
 )
 
@@ -112,12 +114,15 @@ class JournalCounters:
 class Recovered:
     """
     What :meth:`Journal.open` found: per stream the (first, last) sequence
-    numbers retained (first is last + 1 when retention left none), and the
-    queued records not yet removed, in id order.
+    numbers retained (first is last + 1 when retention left none), the
+    queued records not yet removed, in id order, and the keys of the
+    idempotent appends remembered.
     """
 
     streams: dict[str, tuple[int, int]]
     queued: list[QueuedRecord]
+    # The idempotent appends' keys remembered, oldest first.
+    appends: list[AppendKey] = field(default_factory=list)
 
 
 class Journal:
@@ -307,11 +312,17 @@ class Journal:
             }
             last_id += skip
         conn.execute(SET_COUNTER, (RUNNING, 1))
+        appends = [
+            AppendKey(*row)
+            for row in conn.execute(
+                "SELECT stream, key, first_seq, last_seq FROM stream_appends ORDER BY created"
+            )
+        ]
         self.crashed = crashed
         self._next_seq = {stream: last + 1 for stream, (_, last) in streams.items()}
         self._first_seq = {stream: first for stream, (first, _) in streams.items()}
         self._next_id = last_id + 1
-        return Recovered(streams, queued)
+        return Recovered(streams, queued, appends)
 
     def close(self) -> Deferred[None]:
         """Write everything queued, then stop the threads and close the database."""
@@ -376,6 +387,63 @@ class Journal:
         tail.append(row)
         self._submit(writer, row)
         return seq
+
+    def append_batch(
+        self,
+        stream: str,
+        sender: str,
+        records: Sequence[tuple[str, Sequence[bytes]]],
+        timestamp: float,
+        key: str,
+        forget: Sequence[tuple[str, str]],
+        on_durable: DurableCallback,
+    ) -> int:
+        """
+        Journal ``records`` (subject, frames) on ``stream`` and remember
+        ``key`` for them, in one transaction, forgetting the keys in
+        ``forget``; return the first record's sequence number (the others
+        follow it). ``on_durable`` once that commits (None) or fails.
+        """
+        writer = self._open_writer()
+        self._pending += 1
+        first = self._next_seq.get(stream, 1)
+        self._next_seq[stream] = first + len(records)
+        if stream not in self._first_seq:
+            self._first_seq[stream] = first
+        rows = [
+            stream_row(stream, seq, timestamp, sender, subject, frames)
+            for seq, (subject, frames) in enumerate(records, first)
+        ]
+        tail = self._tails.get(stream)
+        if tail is None:
+            tail = self._tails[stream] = deque()
+        tail.extend(rows)
+        last = first + len(records) - 1
+        size = sum(row[6] for row in rows)
+        op = StreamAppend(
+            rows, (stream, key, first, last, timestamp), list(forget), on_durable, size
+        )
+        self._submit(writer, op)
+        return first
+
+    def durable_seq(self, stream: str) -> int:
+        """The last sequence number of ``stream`` whose record is committed (0 for none)."""
+        tail = self._tails.get(stream)
+        if tail:
+            return int(tail[0][1]) - 1
+        return self.last_seq(stream)
+
+    def read_rows(
+        self, stream: str, from_seq: int, to_seq: int, limit: int, max_bytes: int
+    ) -> Deferred[list[ChunkRow]]:
+        """
+        The committed records of ``stream`` with ``from_seq <= seq <=
+        to_seq``, in order, up to ``limit`` of them and about ``max_bytes``
+        of content (at least one), with their frames as stored.
+        """
+        if limit <= 0 or from_seq > to_seq:
+            return succeed([])
+        return self._read(self._select_rows, stream, from_seq, to_seq, limit, max_bytes)
 
     def first_seq(self, stream: str) -> int:
         """The first sequence number ``stream`` still retains (last_seq + 1 if none)."""
@@ -445,6 +513,30 @@ class Journal:
             StreamRecord(stream, seq, ts, sender, subject, decode_frames(content), origin, oseq)
             for seq, ts, sender, subject, content, origin, oseq in rows
         ]
+
+    # Runs on the reader thread.
+    def _select_rows(
+        self, stream: str, from_seq: int, to_seq: int, limit: int, max_bytes: int
+    ) -> list[ChunkRow]:
+        assert self._reader is not None
+        try:
+            cursor = self._reader.execute(
+                "SELECT seq, ts, sender, subject, content FROM stream_messages "
+                "WHERE stream = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
+                (stream, from_seq, to_seq, limit),
+            )
+        except UnicodeEncodeError:
+            return []
+        rows: list[ChunkRow] = []
+        size = 0
+        new_row = ChunkRow._make
+        for row in cursor:
+            rows.append(new_row(row))
+            size += len(row[4]) + 64
+            if size >= max_bytes:
+                break
+        cursor.close()
+        return rows
 
     def origin_marks(self) -> dict[tuple[str, str], int]:
         """
@@ -571,6 +663,8 @@ class Journal:
                 share = _OP_OVERHEAD + sum(map(len, op.record.content))
             elif type(op) is tuple:  # a stream row: its content is one blob
                 share = _OP_OVERHEAD + op[6]
+            elif type(op) is StreamAppend:
+                share = _OP_OVERHEAD * len(op.rows) + op.bytes
             else:
                 share = _OP_OVERHEAD
             kept.append(op)

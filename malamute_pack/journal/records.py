@@ -4,14 +4,15 @@ records (the types the broker model defines in L{malamute_pack.broker.store}),
 as rows, and the one encoding of a message's content frames as a BLOB.
 
 A BLOB is the frames one after another, each preceded by its length as a
-4-byte big-endian unsigned integer; no frames is the empty BLOB.
+4-byte big-endian unsigned integer; no frames is the empty BLOB (the
+encoding of L{malamute_pack.protocol.chunks}, which the protocol's bulk
+messages carry as it is).
 
 Tests: ``tests/test_journal_records.py``.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Final, TypeAlias
 
@@ -19,10 +20,11 @@ from typing import Final, TypeAlias
 from malamute_pack.broker.store import QueuedRecord as QueuedRecord
 from malamute_pack.broker.store import StreamRecord as StreamRecord
 
-QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
+# The encoding of a message's frames that the protocol's bulk messages share.
+from malamute_pack.protocol.chunks import decode_frames as decode_frames
+from malamute_pack.protocol.chunks import encode_frames as encode_frames
 
-_LENGTH: Final = struct.Struct(">I")
-_MAX_FRAME: Final = 0xFFFFFFFF
+QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
 
 
 # A stream message as the writer inserts it, built once in the reactor thread
@@ -52,36 +54,3 @@ def row_record(row: StreamRow) -> StreamRecord:
     return StreamRecord(
         row[0], row[1], row[2], row[3], row[4], decode_frames(row[5]), row[7], row[8]
     )
-
-
-def encode_frames(frames: Sequence[bytes]) -> bytes:
-    """The BLOB for ``frames``: each frame length-prefixed, concatenated."""
-    if len(frames) == 1 and len(frames[0]) <= _MAX_FRAME:
-        return _LENGTH.pack(len(frames[0])) + frames[0]
-    parts: list[bytes] = []
-    pack = _LENGTH.pack
-    for frame in frames:
-        size = len(frame)
-        if size > _MAX_FRAME:
-            raise ValueError(f"frame of {size} bytes is larger than a journal frame can be")
-        parts.append(pack(size))
-        parts.append(frame)
-    return b"".join(parts)
-
-
-def decode_frames(blob: bytes) -> tuple[bytes, ...]:
-    """The frames :func:`encode_frames` made ``blob`` from; ValueError if malformed."""
-    frames: list[bytes] = []
-    offset = 0
-    end = len(blob)
-    unpack = _LENGTH.unpack_from
-    while offset < end:
-        if end - offset < 4:
-            raise ValueError(f"truncated frame length at byte {offset} of {end}")
-        (size,) = unpack(blob, offset)
-        offset += 4
-        if size > end - offset:
-            raise ValueError(f"frame of {size} bytes at byte {offset} overruns the {end}-byte blob")
-        frames.append(blob[offset : offset + size])
-        offset += size
-    return tuple(frames)

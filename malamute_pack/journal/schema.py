@@ -30,6 +30,9 @@ Tables:
   when the journal was created, or when an older journal got this table)
   and that time; the data directory's marker
   (:mod:`malamute_pack.journal.identity`) records it too.
+- ``stream_appends``: the key of every idempotent append (STREAM_APPEND,
+  ``docs/protocol.md``) the broker still remembers, with the sequence
+  numbers its records got, written in the same transaction as they are.
 - ``address_owners``: which authenticated user owns each address (the
   first to open it, :class:`malamute_pack.broker.access.Owners`), written
   and read by :mod:`malamute_pack.journal.owners`.
@@ -144,12 +147,24 @@ def _add_queued_relay(db: Database) -> None:
     queued.add_column("relay_id", int, not_null_default=0)
 
 
+def _add_stream_appends(db: Database) -> None:
+    # The keys of idempotent appends (STREAM_APPEND), written in the same
+    # transaction as their records: a key found here was written, whole.
+    db.table("stream_appends").create(
+        {"stream": str, "key": str, "first_seq": int, "last_seq": int, "created": float},
+        pk=("stream", "key"),
+        not_null={"stream", "key", "first_seq", "last_seq", "created"},
+        strict=True,
+    )
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
     _add_address_owners,
     _add_stream_origin,
     _add_queued_relay,
+    _add_stream_appends,
 )
 
 

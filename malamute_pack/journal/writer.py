@@ -150,6 +150,10 @@ _INSERT_QUEUED: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
+_INSERT_APPEND_KEY: Final = (
+    "INSERT INTO stream_appends (stream, key, first_seq, last_seq, created) VALUES (?, ?, ?, ?, ?)"
+)
+_DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
 _CHUNKED: Final = {single: _chunked(single) for single in (_INSERT_STREAM, _INSERT_QUEUED)}
 _UPSERT_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
@@ -161,6 +165,14 @@ SET_COUNTER: Final = (
 )
 
 
+def _write_append(conn: sqlite3.Connection, append: StreamAppend) -> None:
+    """An append's records, its key, and the keys it makes the journal forget."""
+    _insert_all(conn, _INSERT_STREAM, append.rows)
+    conn.execute(_INSERT_APPEND_KEY, append.key)
+    if append.forget:
+        conn.executemany(_DELETE_APPEND_KEY, append.forget)
+
+
 @dataclass(slots=True)
 class QueuedStore:
     """Write ``record``; tell ``on_durable`` once its batch commits or fails."""
@@ -168,6 +180,21 @@ class QueuedStore:
     record: QueuedRecord
     on_durable: DurableCallback
     cancelled: bool = False  # removed before it reached the writer
+
+
+@dataclass(slots=True)
+class StreamAppend:
+    """
+    Write ``rows`` (stream records) and remember ``key`` for them, all in
+    one transaction (never split across batches), forgetting the keys in
+    ``forget`` (stream, key); tell ``on_durable`` once that commits or fails.
+    """
+
+    rows: list[StreamRow]
+    key: tuple[str, str, int, int, float]  # stream, key, first seq, last seq, created
+    forget: list[tuple[str, str]]
+    on_durable: DurableCallback
+    bytes: int
 
 
 @dataclass(slots=True)
@@ -200,7 +227,7 @@ class Stop:
 
 
 # A stream message is queued as the row the writer inserts (records.StreamRow).
-WriteOp: TypeAlias = StreamRow | QueuedStore | QueuedRemove
+WriteOp: TypeAlias = StreamRow | QueuedStore | QueuedRemove | StreamAppend
 Operation: TypeAlias = WriteOp | Prune | Barrier | Stop
 # What the writer's queue carries: one operation, or a reactor turn's writes.
 Submission: TypeAlias = Operation | list[WriteOp]
@@ -252,6 +279,7 @@ class _Prepared:
     level: int
     bytes: int
     refused: list[tuple[DurableCallback, JournalError]]
+    appends: list[StreamAppend] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -408,9 +436,21 @@ class JournalWriter:
         removed: list[tuple[int]] = []
         callbacks: list[DurableCallback] = []
         refused: list[tuple[DurableCallback, JournalError]] = []
+        appends: list[StreamAppend] = []
         level = -1
         written_bytes = 0
         for op in batch:
+            if type(op) is StreamAppend:
+                appends.append(op)
+                for row in op.rows:
+                    counts = stream_stats.setdefault(row[0], [row[1], 0, 0])
+                    counts[0] = row[1]
+                    counts[1] += 1
+                    counts[2] += row[6]
+                written_bytes += op.bytes
+                # Acknowledged as durable: as strong as a letter.
+                level = max(level, self._queue_level)
+                continue
             if type(op) is tuple:
                 stream_rows.append(op)
                 size = op[6]
@@ -465,6 +505,7 @@ class JournalWriter:
             level,
             written_bytes,
             refused,
+            appends,
         )
 
     def _commit(self, p: _Prepared) -> BatchOutcome:
@@ -483,13 +524,17 @@ class JournalWriter:
             conn.executemany(_UPSERT_STREAM_STATS, stats_rows)
         if p.queued_rows:
             _insert_all(conn, _INSERT_QUEUED, p.queued_rows)
+        appended = 0
+        for append in p.appends:
+            _write_append(conn, append)
+            appended += len(append.rows)
         self._finish(p)
         return BatchOutcome(
             operations=p.operations,
-            records=len(p.stream_rows) + len(p.queued_rows),
+            records=len(p.stream_rows) + len(p.queued_rows) + appended,
             bytes=p.bytes,
             stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
-            callbacks=p.callbacks,
+            callbacks=p.callbacks + [append.on_durable for append in p.appends],
             error=None,
             refused=p.refused,
         )
@@ -516,6 +561,27 @@ class JournalWriter:
                 dropped.append(
                     Dropped(row[0], row[1], JournalError.refused(problem, self._path, what))
                 )
+        refused = list(p.refused)
+        appended: list[DurableCallback] = []
+        for append in p.appends:
+            # All of an append or none of it.
+            conn.execute("SAVEPOINT append")
+            try:
+                _write_append(conn, append)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO append")
+                conn.execute("RELEASE append")
+                if storage_failure(exc):
+                    raise
+                stream, key = append.key[:2]
+                what = f"stream {stream!r} append {key!r}"
+                refused.append((append.on_durable, JournalError.refused(exc, self._path, what)))
+                continue
+            conn.execute("RELEASE append")
+            appended.append(append.on_durable)
+            counts = written_stats.setdefault(append.key[0], [0, 0])
+            counts[0] += len(append.rows)
+            counts[1] += append.bytes
         for stream, last in self._unsaved_stream_last.items():
             count, size = written_stats.get(stream, (0, 0))
             try:
@@ -527,7 +593,6 @@ class JournalWriter:
                 # above; its mark is not kept to fail every later batch.
         self._finish(p)
         callbacks: list[DurableCallback] = []
-        refused = list(p.refused)
         written = sum(counts[1] for counts in written_stats.values())
         for letter, callback, problem in zip(p.queued_rows, p.callbacks, bad_queued, strict=True):
             if problem is None:
@@ -540,7 +605,7 @@ class JournalWriter:
             records=len(p.stream_rows) - len(dropped) + len(callbacks),
             bytes=written,
             stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
-            callbacks=callbacks,
+            callbacks=callbacks + appended,
             error=None,
             refused=refused,
             dropped=dropped,
@@ -574,6 +639,9 @@ class JournalWriter:
             elif type(op) is QueuedStore:
                 callbacks.append(op.on_durable)
                 self._unsaved_queued_last = max(self._unsaved_queued_last, op.record.id)
+            elif type(op) is StreamAppend:
+                callbacks.append(op.on_durable)
+                stream_last[op.key[0]] = op.key[3]
         for stream, last in stream_last.items():
             self._unsaved_stream_last[stream] = max(last, self._unsaved_stream_last.get(stream, 0))
         records = sum(1 for op in batch if not isinstance(op, QueuedRemove))

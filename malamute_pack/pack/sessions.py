@@ -25,7 +25,7 @@ from twisted.logger import Logger
 from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import StreamRecord
+from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm, packlink
 
 if TYPE_CHECKING:
@@ -72,6 +72,22 @@ class _PackSession:
         pass
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
+        pass
+
+    # A peer makes no bulk reads or appends (the pack's protocol has none).
+
+    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
+        pass
+
+    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
+        return False
+
+    def range_end(self, stream: str, last: int) -> None:
+        pass
+
+    def appended(
+        self, stream: str, key: str, first: int, last: int, code: int, reason: str
+    ) -> None:
         pass
 
 

@@ -6,7 +6,7 @@ dataclass, ``decode`` turns a list of frames into one and ``encode`` turns
 one back into frames. Frame 1 is ``AA A8 | id | fields``; content frames,
 where a message has them, follow as the remaining frames.
 
-Messages 1-18 are MLM v1, byte for byte as libmlm's codec; 19-25 are our
+Messages 1-18 are MLM v1, byte for byte as libmlm's codec; 19-32 are our
 version 2 extension (``docs/protocol.md``), which adds a number8 field kind.
 
 Strings travel as a length byte plus UTF-8; bytes that are not valid UTF-8
@@ -347,6 +347,115 @@ class Done(Message):
     status_reason: str = ""
 
 
+# Bulk reads and idempotent writes (version 2, docs/protocol.md "Bulk
+# reads and idempotent appends"): what the Spark data source speaks. The
+# records of STREAM_CHUNK and STREAM_APPEND travel packed in one content
+# frame (L{malamute_pack.protocol.chunks}).
+
+
+@dataclass(slots=True)
+class StreamQuery(Message):
+    ID: ClassVar[int] = 26
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("whence", _NUMBER2),
+        ("position", _NUMBER8),
+    )
+    stream: str = ""
+    whence: int = LATEST
+    position: int = 0
+
+
+@dataclass(slots=True)
+class StreamStatus(Message):
+    ID: ClassVar[int] = 27
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("first", _NUMBER8),
+        ("last", _NUMBER8),
+        ("position", _NUMBER8),
+    )
+    address: str = ""
+    first: int = 0
+    last: int = 0
+    position: int = 0
+
+
+@dataclass(slots=True)
+class StreamReadRange(Message):
+    ID: ClassVar[int] = 28
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("pattern", _STRING),
+        ("first", _NUMBER8),
+        ("last", _NUMBER8),
+    )
+    stream: str = ""
+    pattern: str = ""
+    first: int = 0
+    last: int = 0
+
+
+@dataclass(slots=True)
+class StreamChunk(Message):
+    ID: ClassVar[int] = 29
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("count", _NUMBER4),
+    )
+    HAS_CONTENT: ClassVar[bool] = True
+    address: str = ""
+    count: int = 0
+    content: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamEnd(Message):
+    ID: ClassVar[int] = 30
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("last", _NUMBER8),
+    )
+    address: str = ""
+    last: int = 0
+
+
+@dataclass(slots=True)
+class StreamAppend(Message):
+    ID: ClassVar[int] = 31
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("key", _STRING),
+    )
+    HAS_CONTENT: ClassVar[bool] = True
+    address: str = ""
+    key: str = ""
+    content: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamAppended(Message):
+    ID: ClassVar[int] = 32
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("key", _STRING),
+        ("first", _NUMBER8),
+        ("last", _NUMBER8),
+        *_STATUS,
+    )
+    address: str = ""
+    key: str = ""
+    first: int = 0
+    last: int = 0
+    status_code: int = SUCCESS
+    status_reason: str = ""
+
+
+# STREAM_APPENDED's code for an append whose key the stream already has: it
+# was not written again; first and last are the original's.
+ALREADY_WRITTEN: Final = 208
+
+
 MESSAGE_TYPES: Final[dict[int, type[Message]]] = {
     cls.ID: cls
     for cls in (
@@ -375,6 +484,13 @@ MESSAGE_TYPES: Final[dict[int, type[Message]]] = {
         MailboxRecord,
         ServiceRecord,
         Done,
+        StreamQuery,
+        StreamStatus,
+        StreamReadRange,
+        StreamChunk,
+        StreamEnd,
+        StreamAppend,
+        StreamAppended,
     )
 }
 
@@ -405,6 +521,13 @@ MESSAGE_NAMES: Final[dict[int, str]] = {
     23: "MAILBOX_RECORD",
     24: "SERVICE_RECORD",
     25: "DONE",
+    26: "STREAM_QUERY",
+    27: "STREAM_STATUS",
+    28: "STREAM_READ_RANGE",
+    29: "STREAM_CHUNK",
+    30: "STREAM_END",
+    31: "STREAM_APPEND",
+    32: "STREAM_APPENDED",
 }
 
 _U16 = struct.Struct(">H")

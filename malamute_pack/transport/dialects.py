@@ -11,7 +11,9 @@ policy that goes with them:
     CONFIRM reaches the sender, anything else is done at hand-over;
   - version 2: STREAM_RECORD (with sequence number and time), MAILBOX_RECORD
     and SERVICE_RECORD (with the letter's id), STORED for every letter sent,
-    STREAM_GAP, STREAM_READ_FROM and DONE; every letter held until answered.
+    STREAM_GAP, STREAM_READ_FROM and DONE, the bulk reads and appends
+    (STREAM_QUERY, STREAM_READ_RANGE, STREAM_APPEND); every letter held
+    until answered.
 
 A stream message is encoded once per fan-out: the model hands the same
 record to every reader, and a dialect keeps the frames of the last record
@@ -28,8 +30,8 @@ from typing import Final
 from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import StreamRecord
-from malamute_pack.protocol import mlm
+from malamute_pack.broker.store import ChunkRow, StreamRecord
+from malamute_pack.protocol import chunks, mlm
 
 # A stream header's start (stream, writer) repeats for every message a writer
 # sends: it is encoded once (and kept, a bounded number of them) and each
@@ -46,10 +48,13 @@ _letter_records: Final = {
     Kind.SERVICE: mlm.header_encoder(mlm.ServiceRecord),
 }
 _confirm = mlm.header_encoder(mlm.Confirm)
+_stream_chunk = mlm.header_encoder(mlm.StreamChunk)
 _stored = mlm.header_encoder(mlm.Stored)
 
 # Commands only a version 2 session may send.
-_VERSION_2_COMMANDS: Final = frozenset({mlm.StreamReadFrom, mlm.Done})
+_VERSION_2_COMMANDS: Final = frozenset(
+    {mlm.StreamReadFrom, mlm.Done, mlm.StreamQuery, mlm.StreamReadRange, mlm.StreamAppend}
+)
 
 
 class MlmDialect:
@@ -108,6 +113,10 @@ class MlmDialect:
     def gap_frames(self, stream: str, missed: int, available: int) -> list[bytes] | None:
         """What a reader is told of messages lost to retention, if anything."""
         raise NotImplementedError
+
+    def chunk_frames(self, stream: str, rows: list[ChunkRow]) -> list[bytes]:
+        """A STREAM_CHUNK (only a version 2 session makes the range reads it answers)."""
+        return [_stream_chunk(stream, len(rows)), chunks.encode_chunk(rows)]
 
     def __repr__(self) -> str:
         return f"MLM v{self.version}"

@@ -29,7 +29,7 @@ from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold, Receiver
-from malamute_pack.broker.store import StreamRecord
+from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm
 from malamute_pack.transport.dialects import MlmDialect, MlmVersion1, MlmVersion2
 
@@ -164,6 +164,25 @@ class MlmSession:
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
         self._reply(mlm.encode(mlm.Confirm(tracker, code, mlm.fit_string(reason))))
+
+    # Bulk reads and appends (only version 2 sessions make them)
+
+    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
+        self._reply(mlm.encode(mlm.StreamStatus(stream, first, last, position)))
+
+    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
+        if self._backlog is not None and not self.flush():
+            return False
+        return self._output(self.route, self.dialect.chunk_frames(stream, rows))
+
+    def range_end(self, stream: str, last: int) -> None:
+        self._reply(mlm.encode(mlm.StreamEnd(stream, last)))
+
+    def appended(
+        self, stream: str, key: str, first: int, last: int, code: int, reason: str
+    ) -> None:
+        answer = mlm.StreamAppended(stream, key, first, last, code, mlm.fit_string(reason))
+        self._reply(mlm.encode(answer))
 
 
 class MlmSessions:

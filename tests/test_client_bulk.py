@@ -1,0 +1,132 @@
+"""
+Tests for L{malamute_pack.client.bulk}: the bulk client against a real
+broker process over TCP: queries, range reads (every record once, in
+order, across chunks, resumed across a broker restart), idempotent appends,
+and a clear error when no broker answers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess
+from malamute_pack.client.bulk import BulkClient, RangeChunk
+from malamute_pack.client.errors import BrokerUnreachableError, MalamuteError
+from malamute_pack.protocol import chunks, mlm
+from tests.support import skip_slow
+
+
+class NoBrokerTests(SynchronousTestCase):
+    def test_unreachable(self) -> None:
+        """With nobody at the endpoint, opening fails with an error that names it."""
+        started = time.monotonic()
+        with self.assertRaises(BrokerUnreachableError) as ctx:
+            BulkClient("tcp://127.0.0.1:9", timeout=0.3)
+        self.assertIn("tcp://127.0.0.1:9", str(ctx.exception))
+        self.assertLess(time.monotonic() - started, 5)
+
+
+class BulkClientTests(SynchronousTestCase):
+    skip = skip_slow
+
+    def setUp(self) -> None:
+        self.broker = BrokerProcess(Path(self.mktemp()), bind=ANY_TCP_PORT)
+        self.broker.start()
+        self.addCleanup(self.broker.stop)
+        self.client = BulkClient(self.broker.endpoint, timeout=5)
+        self.addCleanup(self.client.close)
+
+    def fill(self, count: int, per_append: int = 1000) -> None:
+        for start in range(0, count, per_append):
+            records = [
+                (f"r{i}", [str(i).encode(), b"\x00"]) for i in range(start, start + per_append)
+            ]
+            self.client.append("s", f"k{start}", records)
+
+    def read_all(self, first: int, last: int, pattern: str = "") -> list[int]:
+        seqs: list[int] = []
+        for item in self.client.read_range("s", first, last, pattern):
+            assert isinstance(item, RangeChunk), item
+            seqs += item.seq
+        return seqs
+
+    def test_appendAndRead(self) -> None:
+        """Appended records read back in order, each once, with subjects and frames intact."""
+        self.fill(50_000)
+        status = self.client.status("s", mlm.EARLIEST)
+        self.assertEqual((status.first, status.last, status.position), (1, 50_000, 1))
+        got = list(self.client.read_range("s", 1, 50_000))
+        chunks_read = [c for c in got if isinstance(c, RangeChunk)]
+        self.assertGreater(len(chunks_read), 1)
+        seqs = [s for c in chunks_read for s in c.seq]
+        self.assertEqual(seqs, list(range(1, 50_001)))
+        last = chunks_read[-1]
+        self.assertEqual(last.subject[-1], "r49999")
+        self.assertEqual(chunks.decode_frames(last.content[-1]), (b"49999", b"\x00"))
+
+    def test_duplicateAppend(self) -> None:
+        """The same key again is reported as a duplicate and writes nothing."""
+        first = self.client.append("s", "k", [("a", [b"1"])])
+        again = self.client.append("s", "k", [("a", [b"1"])])
+        self.assertEqual(
+            (again.first, again.last, again.duplicate), (first.first, first.last, True)
+        )
+        self.assertEqual(self.client.status("s").last, 1)
+
+    def test_pattern(self) -> None:
+        """A range read applies the pattern on the broker."""
+        self.fill(1000)
+        self.assertEqual(self.read_all(1, 1000, "^r99"), [100, *range(991, 1001)])
+
+    def test_idleClientStillWorks(self) -> None:
+        """A client idle for longer than the broker's expiry opens again on its next call."""
+        self.client.append("s", "k", [("a", [b"1"])])
+        self.client._last_sent -= 60  # as if idle for a minute
+        self.assertEqual(self.client.status("s").last, 1)
+
+    def test_refusal(self) -> None:
+        """A refused read is a MalamuteError with the broker's reason."""
+        with self.assertRaises(MalamuteError) as ctx:
+            list(self.client.read_range("s", 1, 10, "topic:a..b"))
+        self.assertIn("invalid pattern", str(ctx.exception))
+
+    def test_abandonedRead(self) -> None:
+        """A read left half way does not disturb the client's next calls."""
+        self.fill(20_000)
+        reading = self.client.read_range("s", 1, 20_000)
+        next(reading)
+        reading.close()
+        self.assertEqual(len(self.read_all(1, 20_000)), 20_000)
+
+    def test_restartMidRead(self) -> None:
+        """
+        A broker restart in the middle of a read: the read goes on from the
+        record after the last one yielded, each record once.
+        """
+        self.fill(30_000)
+        reading = self.client.read_range("s", 1, 30_000)
+        first = next(reading)
+        assert isinstance(first, RangeChunk)
+        seqs = list(first.seq)
+        self.broker.stop()
+        self.broker.start()
+        for item in reading:
+            assert isinstance(item, RangeChunk)
+            seqs += item.seq
+        self.assertEqual(seqs, list(range(1, 30_001)))
+
+    def test_brokerGone(self) -> None:
+        """A broker that is gone and stays gone is a clear error, not a short read."""
+        self.fill(20_000)
+        client = BulkClient(self.broker.endpoint, timeout=0.5, retries=1)
+        self.addCleanup(client.close)
+        reading = client.read_range("s", 1, 20_000)
+        next(reading)
+        self.broker.kill()
+        with self.assertRaises(BrokerUnreachableError) as ctx:
+            for _ in reading:
+                pass
+        self.assertIn("while reading stream 's'", str(ctx.exception))
