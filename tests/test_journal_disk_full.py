@@ -23,7 +23,7 @@ class DiskFullTests(TestCase):
     def setUp(self) -> None:
         self.mount = Path(self.mktemp()).resolve()
         # Registered first, so it is unmounted after the journal's own close.
-        mount_tmpfs(self, self.mount, "256k")
+        mount_tmpfs(self, self.mount, "512k")
 
     @inlineCallbacks
     def test_fullDiskReportedAndRecovered(self) -> Inline:
