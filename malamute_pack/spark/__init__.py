@@ -1,0 +1,39 @@
+"""
+The PySpark data source ``malamute``: broker streams (or a journal file) as
+DataFrames, batch and streaming, and DataFrames published into a stream.
+:mod:`malamute_pack.spark.source` documents it and its options.
+
+    from malamute_pack.spark import register
+    register(spark)
+    df = spark.read.format("malamute").option("stream", "trades").load()
+
+Tests: ``tests/test_spark.py``, ``tests/test_spark_units.py``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from malamute_pack.spark.fields import subject_fields
+from malamute_pack.spark.options import OptionError
+from malamute_pack.spark.reading import RecordsLostError, RecordsLostWarning
+from malamute_pack.spark.schema import ARROW_SCHEMA, SCHEMA_DDL, SPARK_SCHEMA
+from malamute_pack.spark.source import NAME, MalamuteDataSource
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "NAME",
+    "SCHEMA_DDL",
+    "SPARK_SCHEMA",
+    "MalamuteDataSource",
+    "OptionError",
+    "RecordsLostError",
+    "RecordsLostWarning",
+    "register",
+    "subject_fields",
+]
+
+
+def register(spark: SparkSession) -> None:
+    """Make format ``malamute`` known to ``spark`` (per session)."""
+    spark.dataSource.register(MalamuteDataSource)

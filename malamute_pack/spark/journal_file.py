@@ -1,0 +1,134 @@
+"""
+A broker's journal file read directly, offline and read-only (the
+``journal`` option): the same ``status`` and ``read_range`` as the bulk
+client (L{malamute_pack.client.bulk.BulkClient}) answer from the broker,
+made from the ``stream_messages`` table (``malamute_pack/journal/schema.py``)
+and the ``streams`` table's highest numbers.
+
+The file is opened read-only (SQLite ``mode=ro``), so a journal a broker
+is using can be read too (WAL readers do not block its writer). As the
+broker does, a read that asks for numbers retention already removed gets a
+L{RangeGap} for them first, and a pattern is matched here with the
+broker's own matching engine.
+
+Tests: ``tests/test_spark_units.py``, ``tests/test_spark.py``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+from malamute_pack.client.bulk import RangeChunk, RangeGap, StreamStatus
+from malamute_pack.matching.patterns import parse_pattern
+from malamute_pack.protocol import mlm
+
+CHUNK_RECORDS: Final = 4096
+
+
+class JournalFileError(Exception):
+    """The journal file cannot be read: missing, not a journal, or damaged."""
+
+
+class JournalFile:
+    """One journal file open read-only. Use it in a ``with`` block, or call L{close}."""
+
+    def __init__(self, path: str | Path, *, chunk_records: int = CHUNK_RECORDS) -> None:
+        self.path = Path(path)
+        self._chunk_records = chunk_records
+        if not self.path.is_file():
+            raise JournalFileError(f"journal file {self.path} does not exist")
+        uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
+        try:
+            self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            tables = {
+                row[0]
+                for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        except sqlite3.DatabaseError as e:
+            raise JournalFileError(f"{self.path} is not a readable SQLite file: {e}") from e
+        if not {"stream_messages", "streams"} <= tables:
+            self._conn.close()
+            raise JournalFileError(f"{self.path} is not a malamute journal (no stream_messages)")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> JournalFile:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def streams(self) -> list[str]:
+        """Every stream the journal has numbered records for, sorted."""
+        rows = self._conn.execute(
+            "SELECT stream FROM streams UNION SELECT DISTINCT stream FROM stream_messages "
+            "ORDER BY stream"
+        )
+        return [str(row[0]) for row in rows]
+
+    def status(self, stream: str, whence: int = mlm.LATEST, position: int = 0) -> StreamStatus:
+        """As L{BulkClient.status}: first retained, last written, and where C{whence} points."""
+        first_retained, last_retained = self._conn.execute(
+            "SELECT MIN(seq), MAX(seq) FROM stream_messages WHERE stream = ?", (stream,)
+        ).fetchone()
+        assigned = self._conn.execute(
+            "SELECT last_seq FROM streams WHERE stream = ?", (stream,)
+        ).fetchone()
+        last = max(int(last_retained or 0), int(assigned[0]) if assigned else 0)
+        first = int(first_retained) if first_retained is not None else last + 1
+        if whence == mlm.EARLIEST:
+            found = first
+        elif whence == mlm.LATEST:
+            found = last + 1
+        elif whence == mlm.SEQUENCE:
+            found = position
+        elif whence == mlm.TIME:
+            row = self._conn.execute(
+                "SELECT MIN(seq) FROM stream_messages WHERE stream = ? AND ts >= ?",
+                (stream, position / 1000.0),
+            ).fetchone()
+            found = int(row[0]) if row[0] is not None else last + 1
+        else:
+            raise ValueError(f"whence {whence} is not 0, 1, 2 or 3")
+        return StreamStatus(stream, first, last, found)
+
+    def read_range(
+        self, stream: str, first: int, last: int, pattern: str = ""
+    ) -> Iterator[RangeChunk | RangeGap]:
+        """As L{BulkClient.read_range}: the retained records C{first}..C{last}, in chunks."""
+        status = self.status(stream)
+        first, last = max(first, 1), min(last, status.last)
+        if first > last:
+            return
+        if first < status.first:
+            yield RangeGap(stream, first, min(status.first, last + 1))
+            first = status.first
+        matcher = parse_pattern(pattern) if pattern else None
+        cursor = self._conn.execute(
+            "SELECT seq, ts, sender, subject, content FROM stream_messages "
+            "WHERE stream = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+            (stream, first, last),
+        )
+        while rows := cursor.fetchmany(self._chunk_records):
+            if matcher is not None:
+                rows = [row for row in rows if matcher.matches(row[3])]
+            if rows:
+                yield RangeChunk(
+                    stream,
+                    [int(row[0]) for row in rows],
+                    [round(row[1] * 1_000_000) for row in rows],
+                    [str(row[2]) for row in rows],
+                    [str(row[3]) for row in rows],
+                    [bytes(row[4]) for row in rows],
+                )
