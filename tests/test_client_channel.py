@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.channel import CommandChannel
+from malamute_pack.client.endpoints import EndpointRing
 from malamute_pack.client.errors import (
     BrokerUnreachableError,
     ClientClosedError,
@@ -40,6 +41,8 @@ class ChannelRecorder:
         self.resends = 0
         self.awaiting = False
         self.sends_dropped = 0
+        self.connected_to: list[str] = []
+        self.linked = True  # whether the connection is up, for try_send
 
     def take(self) -> list[mlm.Message]:
         """What was sent since the last call."""
@@ -48,6 +51,12 @@ class ChannelRecorder:
 
     def send_frames(self, frames: list[bytes]) -> None:
         self.sent.append(mlm.decode(frames))
+
+    def try_send(self, frames: list[bytes]) -> bool:
+        """Sent if the connection is up (C{linked})."""
+        if self.linked:
+            self.send_frames(frames)
+        return self.linked
 
     def start_heartbeat(self) -> None:
         self.pinging = True
@@ -78,6 +87,9 @@ class ChannelRecorder:
         self.sends_dropped += 1
         self.awaiting = False
 
+    def connect_to(self, endpoint: str) -> None:
+        self.connected_to.append(endpoint)
+
 
 class Outcomes:
     """A completion callback that keeps its outcomes, in order."""
@@ -90,12 +102,16 @@ class Outcomes:
 
 
 class Harness:
-    """A channel for "me" (timeout 5 s, close timeout 1 s), its owner and its transitions."""
+    """
+    A channel for "me" (timeout 5 s, close timeout 1 s), its owner and its
+    transitions; with C{endpoints}, failing over between them.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, endpoints: tuple[str, ...] = ()) -> None:
         self.clock = Clock()
         self.owner = ChannelRecorder()
-        self.channel = CommandChannel(self.clock, self.owner, ClientOptions("me"))
+        self.ring = EndpointRing(endpoints)
+        self.channel = CommandChannel(self.clock, self.owner, ClientOptions("me"), self.ring)
         self.transitions: list[Transition] = []
         self.channel.observer = self.observe
 

@@ -17,6 +17,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
+from malamute_pack.client.endpoints import BACK_OFF, NOT_ACTIVE
 from malamute_pack.client.errors import (
     BrokerUnreachableError,
     ClientClosedError,
@@ -39,9 +40,20 @@ class Recorder:
         self.deliveries: list[Delivery] = []
         self.confirmations: list[Confirmation] = []
         self.gaps: list[Gap] = []
+        self.connected_to: list[str] = []
+        self.linked = True  # whether the connection is up, for try_send
+
+    def connect_to(self, endpoint: str) -> None:
+        self.connected_to.append(endpoint)
 
     def send_frames(self, frames: list[bytes]) -> None:
         self.sent.append(mlm.decode(frames))
+
+    def try_send(self, frames: list[bytes]) -> bool:
+        """Sent if the connection is up (C{linked})."""
+        if self.linked:
+            self.send_frames(frames)
+        return self.linked
 
     def delivered(self, delivery: Delivery) -> None:
         self.deliveries.append(delivery)
@@ -575,6 +587,184 @@ class V2TestCase(CoreTestCase):
         self.reply(mlm.Error(mlm.COMMAND_INVALID, "command invalid"))
         self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
         self.reply(mlm.Ok())
+
+
+_OPEN = mlm.ConnectionOpen(version=2, address="me")
+
+
+class FailoverTests(V2TestCase):
+    """A version 2 core with two endpoints (timeout 5 s: 2.5 s each to answer OPEN)."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.owner = Recorder()
+        options = ClientOptions(address="me", timeout=5.0, heartbeat=1.0)
+        self.core = ClientCore(self.clock, self.owner, options, ("tcp://a:1", "tcp://b:1"))
+
+    def test_refusedMovesOn(self) -> None:
+        """ERROR 503 to CONNECTION_OPEN: the core connects to the next and opens there."""
+        result = Result()
+        self.core.connect(result)
+        self.assertEqual(self.owner.take(), [_OPEN])
+        self.reply(mlm.Error(NOT_ACTIVE, "not active"))
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1"])
+        self.assertEqual(self.owner.take(), [_OPEN])
+        self.assertFalse(result.done)
+        self.reply(mlm.Ok())
+        self.assertIsNone(result.outcome)
+        self.assertEqual((self.core.endpoint, self.core.switches), ("tcp://b:1", 1))
+
+    def test_silentMovesOnAfterItsShare(self) -> None:
+        """No answer to CONNECTION_OPEN within half the timeout: on to the next."""
+        self.core.connect(Result())
+        self.owner.take()
+        self.advance(2.25)
+        self.assertEqual(self.owner.connected_to, [])
+        self.advance(0.5)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1"])
+        self.assertEqual(self.owner.take(), [_OPEN])
+
+    def test_roundOfRefusalsBacksOff(self) -> None:
+        """
+        After both refused, the core connects to the first again but opens
+        there only after the back-off; at the connect timeout it gives up.
+        """
+        result = Result()
+        self.core.connect(result)
+        self.owner.take()
+        self.reply(mlm.Error(NOT_ACTIVE, "not active"))
+        self.owner.take()
+        self.reply(mlm.Error(NOT_ACTIVE, "not active"))
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1", "tcp://a:1"])
+        self.assertEqual(self.owner.take(), [])
+        self.advance(BACK_OFF)
+        self.assertEqual(self.owner.take(), [_OPEN])
+        self.advance(5.0)
+        self.assertIsInstance(result.outcome, BrokerUnreachableError)
+        self.assertIs(self.core.state, ClientState.CLOSED)
+
+    def test_silenceReopensAndResumesOnNext(self) -> None:
+        """
+        Silence mid-session: the core moves to the next endpoint, opens,
+        replays the reader from after the last record seen, and sends again
+        the letter that was never stored.
+        """
+        self.connected()
+        self.setting(lambda d: self.core.set_consumer("s", "", d), mlm.StreamRead("s", ""))
+        self.stream_record("s", 7)
+        self.core.sendto("bob", "hi", [b"x"])
+        letter = self.owner.take()
+        self.advance(5.0)  # nothing heard (pings go unanswered)
+        self.assertIs(self.core.state, ClientState.RECONNECTING)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1"])
+        self.assertIn(_OPEN, self.owner.take())
+        self.reply(mlm.Ok())
+        self.assertEqual(self.replay(), [mlm.StreamReadFrom("s", "", mlm.SEQUENCE, 8)])
+        self.assertEqual(self.owner.take(), [m for m in letter if type(m) is mlm.MailboxSend])
+        self.assertEqual((self.core.reconnects, self.core.switches), (1, 1))
+
+    def test_notActiveMidCommand(self) -> None:
+        """ERROR 503 to a command: moved on, and the command goes after the replay."""
+        self.connected()
+        result = Result()
+        self.core.set_producer("s", result)
+        self.owner.take()
+        self.reply(mlm.Error(NOT_ACTIVE, "not active"))
+        self.assertEqual(self.owner.take(), [_OPEN])
+        self.reply(mlm.Ok())
+        self.assertEqual(self.owner.take(), [mlm.StreamWrite("s")])
+        self.reply(mlm.Ok())
+        self.assertIsNone(result.outcome)
+        self.assertEqual(self.core.endpoint, "tcp://b:1")
+
+
+class ConnectionWatchTests(V2TestCase):
+    """
+    A core with two endpoints (as L{FailoverTests}) told by its driver when
+    the connection is up or broken, its owner's socket queueing only on a
+    connection that is up.
+    """
+
+    setUp = FailoverTests.setUp
+
+    def test_lostMovesOnAtOnce(self) -> None:
+        """
+        The connection breaks mid-command: the core leaves at once (no
+        silence waited for), opens on the next and retries the command there.
+        """
+        self.connected()
+        result = Result()
+        self.core.set_producer("s", result)
+        self.owner.take()
+        self.core.connection_lost()
+        self.assertIs(self.core.state, ClientState.RECONNECTING)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1"])
+        self.assertEqual(self.owner.take(), [_OPEN])
+        self.reply(mlm.Ok())
+        self.assertEqual(self.owner.take(), [mlm.StreamWrite("s")])
+        self.reply(mlm.Ok())
+        self.assertIsNone(result.outcome)
+
+    def test_openWaitsForTheConnection(self) -> None:
+        """
+        CONNECTION_OPEN that no connection can take yet is sent once the
+        driver says the connection is up, within the grace.
+        """
+        self.owner.linked = False
+        self.core.connect(Result())
+        self.assertEqual(self.owner.take(), [])
+        self.advance(0.1)
+        self.owner.linked = True
+        self.core.connection_made()
+        self.assertEqual(self.owner.take(), [_OPEN])
+        self.advance(0.5)
+        self.assertEqual(self.owner.connected_to, [])  # its answer is awaited, not the grace
+
+    def test_noConnectionWithinTheGrace(self) -> None:
+        """
+        No connection up within the grace (0.2 s) after the connection was
+        made: the endpoint is left for the next, long before the silence
+        of the timeout (here that ends the round: the back-off follows).
+        """
+        self.connected()
+        self.owner.linked = False
+        self.core.connection_lost()
+        self.assertEqual(self.owner.take(), [])  # nothing to send CONNECTION_OPEN on
+        self.advance(0.15)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1"])
+        self.advance(0.1)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1", "tcp://a:1"])
+        self.assertIs(self.core.state, ClientState.DISCONNECTED)
+
+    def test_afterBackOffNoGraceAgain(self) -> None:
+        """
+        After a round of refusals the back-off runs on the first endpoint's
+        new connection; if that is not up when it ends (its grace long
+        over), the core goes on to the next at once: the refusing one is
+        asked again every back-off.
+        """
+        self.connected()
+        self.core.connection_lost()  # on to b, which refuses: round failed
+        self.reply(mlm.Error(NOT_ACTIVE, "not active"))
+        self.assertIs(self.core.state, ClientState.DISCONNECTED)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1", "tcp://a:1"])
+        self.owner.take()
+        self.owner.linked = False  # a is gone
+        self.advance(BACK_OFF)
+        self.assertEqual(self.owner.connected_to, ["tcp://b:1", "tcp://a:1", "tcp://b:1"])
+        self.owner.linked = True
+        self.core.connection_made()
+        self.assertEqual(self.owner.take(), [_OPEN])
+
+    def test_oneEndpointIgnoresTheSocket(self) -> None:
+        """With one endpoint, a connection said lost changes nothing: silence decides."""
+        core = ClientCore(self.clock, self.owner, ClientOptions(address="me"), ("tcp://a:1",))
+        core.connect(Result())
+        core.receive(mlm.encode(mlm.Ok()))
+        core.connection_lost()
+        core.connection_made()
+        self.assertIs(core.state, ClientState.CONNECTED)
+        self.assertEqual(self.owner.connected_to, [])
 
 
 class V2ConnectTests(CoreTestCase):

@@ -11,6 +11,10 @@ What each module holds:
 - C{reactor_client}, C{blocking}: the drivers; only their I/O differs
   (Deferreds and L{ZmqSocket} in the reactor; a C{zmq.Poller} loop).
 - C{dealer}: the DEALER socket both connect through.
+- C{monitor}: with several endpoints, the DEALER's socket monitor: its
+  connection up (CONNECTION_OPEN can go) or broken (move on at once).
+- C{endpoints}: several endpoints (a primary/backup pair: given as a list
+  or separated by commas) and the ring the client fails over along.
 - C{core}: L{ClientCore}, the composition of the parts below; it routes
   each decoded message to its part.
 - C{machine}: the state table (state, event -> actions, next state) and

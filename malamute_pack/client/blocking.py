@@ -12,6 +12,13 @@ A script that does not call the client for longer than the broker's
 timeout is expired by the broker; its next call meets ERROR 500, and the
 client opens again and replays its settings.
 
+The endpoint may be several (a list, or separated by commas: a
+primary/backup pair); the client fails over between them as the Twisted
+client does (L{malamute_pack.client.reactor_client}): C{endpoint} is the
+one it is on, C{switches} counts the moves. The monitor of its DEALER is
+polled with it: a broken connection moves the client on at once, and a
+send finds no connection at once instead of blocking.
+
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides, as for the Twisted client. The client speaks protocol version 2
 by default (``version=1`` for the C broker; see
@@ -39,10 +46,12 @@ import zmq
 from twisted.logger import Logger
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
-from malamute_pack.client.dealer import make_dealer
+from malamute_pack.client.dealer import check_endpoints, make_dealer, make_watched_dealer
+from malamute_pack.client.endpoints import EndpointSpec, parse_endpoints
 from malamute_pack.client.errors import BrokerUnreachableError, ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.facade import ClientFacade
+from malamute_pack.client.monitor import LinkChange, link_change, unwatch, wait_writable
 from malamute_pack.client.options import ClientOptions, OptionOverrides, resolve_options
 from malamute_pack.client.outbox import StoredCallback
 
@@ -74,7 +83,7 @@ class BlockingClient(ClientFacade[None, int]):
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: EndpointSpec,
         address: str | None = None,
         *,
         options: ClientOptions | None = None,
@@ -85,22 +94,30 @@ class BlockingClient(ClientFacade[None, int]):
         """
         Connect to the broker at C{endpoint} as C{address} ("" = anonymous).
 
+        @param endpoint: one endpoint, or several (a list, or separated by
+            commas): they are tried in order, and the client fails over
+            between them.
         @param options: the L{ClientOptions} (the defaults if None);
             C{address} and the keyword C{overrides} replace their fields.
         @param context: the ZeroMQ context (the global one if None).
         @raise ValueError: for options that are not valid.
+        @raise BadEndpointError: if ZeroMQ refuses an endpoint.
         """
         resolved = resolve_options(options, address, overrides)
+        endpoints = parse_endpoints(endpoint)
+        self._context = context or zmq.Context.instance()
+        check_endpoints(self._context, endpoints[1:])
         self._clock = _MonotonicClock()
-        self._core = ClientCore(self._clock, self, resolved)
+        self._core = ClientCore(self._clock, self, resolved, endpoints)
         self.on_gap = on_gap
-        self._socket = make_dealer(
-            context or zmq.Context.instance(), endpoint, resolved.plain, resolved.curve
-        )
-        # A full send queue blocks a script for at most the timeout, then drops.
-        self._socket.setsockopt(zmq.SNDTIMEO, int(resolved.timeout * 1000))
         self._poller = zmq.Poller()
-        self._poller.register(self._socket, zmq.POLLIN)
+        # With several endpoints, the monitor of the DEALER, whether its
+        # connection is up, and what the monitor said that the core has not
+        # heard yet.
+        self._monitor: zmq.Socket[bytes] | None = None
+        self._linked = True
+        self._changes: deque[LinkChange] = deque()
+        self._socket = self._dealer(endpoints[0])
         self._deliveries: deque[Delivery] = deque()
         self._confirmations: deque[Confirmation] = deque()
         self.dropped_sends = 0
@@ -108,7 +125,7 @@ class BlockingClient(ClientFacade[None, int]):
         try:
             self._run_command(self._core.connect)
         except BaseException:
-            self._socket.close(linger=0)
+            self._close_sockets()
             raise
 
     def close(self) -> None:
@@ -118,7 +135,7 @@ class BlockingClient(ClientFacade[None, int]):
         try:
             self._run_command(self._core.close)
         finally:
-            self._socket.close(linger=0)
+            self._close_sockets()
 
     def __enter__(self) -> BlockingClient:
         return self
@@ -130,6 +147,39 @@ class BlockingClient(ClientFacade[None, int]):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    def _dealer(self, endpoint: str) -> zmq.Socket[bytes]:
+        """
+        A DEALER connected to C{endpoint}, polled from now on (with several
+        endpoints, its monitor too).
+        """
+        options = self._core.options
+        if len(self._core.endpoints) > 1:
+            socket, monitor = make_watched_dealer(
+                self._context, endpoint, options.plain, options.curve
+            )
+            self._poller.register(monitor, zmq.POLLIN)
+            self._monitor = monitor
+            self._linked = False
+        else:
+            socket = make_dealer(self._context, endpoint, options.plain, options.curve)
+        # A full send queue blocks a script for at most the timeout, then drops.
+        socket.setsockopt(zmq.SNDTIMEO, int(options.timeout * 1000))
+        self._poller.register(socket, zmq.POLLIN)
+        return socket
+
+    def _close_sockets(self) -> None:
+        """Close the DEALER (and its monitor): what the monitor said is forgotten."""
+        socket, monitor = self._socket, self._monitor
+        if monitor is not None:
+            unwatch(socket)
+            self._poller.unregister(monitor)
+            monitor.close(linger=0)
+            self._monitor = None
+        if not socket.closed:
+            self._poller.unregister(socket)
+            socket.close(linger=0)
+        self._changes.clear()
 
     # Receiving
 
@@ -168,13 +218,41 @@ class BlockingClient(ClientFacade[None, int]):
     # CoreOwner
 
     def send_frames(self, frames: list[bytes]) -> None:
+        if self._monitor is None:
+            try:
+                self._socket.send_multipart(frames)
+            except zmq.Again:
+                self._dropped()
+            return
+        # Several endpoints: the DEALER queues only on a connection that is
+        # up; without room, wait for some (the timeout at most), but not once
+        # the monitor says there is no connection. Then nothing waits for
+        # one: it was a ping, or what goes again on reopening.
+        monitor = self._monitor
+        until = self._clock.seconds() + self._core.options.timeout
+        while not self.try_send(frames):
+            self._read_monitor()
+            if not self._linked:
+                return
+            if self._clock.seconds() >= until:
+                self._dropped()
+                return
+            wait_writable(self._socket, monitor, until)
+
+    def _dropped(self) -> None:
+        self.dropped_sends += 1
+        _log.warn("message dropped: the send queue stayed full ({n} so far)", n=self.dropped_sends)
+
+    def try_send(self, frames: list[bytes]) -> bool:
         try:
-            self._socket.send_multipart(frames)
+            self._socket.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:
-            self.dropped_sends += 1
-            _log.warn(
-                "message dropped: the send queue stayed full ({n} so far)", n=self.dropped_sends
-            )
+            return False
+        return True
+
+    def connect_to(self, endpoint: str) -> None:
+        self._close_sockets()
+        self._socket = self._dealer(endpoint)
 
     def delivered(self, delivery: Delivery) -> None:
         self._deliveries.append(delivery)
@@ -201,13 +279,19 @@ class BlockingClient(ClientFacade[None, int]):
         """Send a message that gets STORED; turn the loop until it comes."""
         result: list[int | ClientError] = []
         send(result.append)
+        # With several brokers, a round of them that failed (a pair's passive
+        # still refusing while it waits out its partner) is gone round again
+        # after a back-off: give that the client's timeout before giving up.
+        patience = self._core.options.timeout if len(self.endpoints) > 1 else 0.0
+        deadline = self._clock.seconds() + patience
         while not result:
-            if self._core.state is ClientState.DISCONNECTED:
+            disconnected = self._core.state is ClientState.DISCONNECTED
+            if disconnected and self._clock.seconds() >= deadline:
                 raise BrokerUnreachableError(
                     f"nothing heard from the broker for {self._core.options.timeout}s; the "
                     "message is held and will be sent when it answers"
                 )
-            self._turn(None)
+            self._turn(deadline if disconnected else None)
         if isinstance(result[0], ClientError):
             raise result[0]
         return result[0]
@@ -226,20 +310,54 @@ class BlockingClient(ClientFacade[None, int]):
         wakeup = self._core.wakeup_at()
         ends = [t for t in (until, wakeup) if t is not None]
         wait_ms = None if not ends else max(0, math.ceil((min(ends) - now) * 1000))
-        if self._poller.poll(wait_ms):
+        ready = dict(self._poller.poll(0 if self._changes else wait_ms))
+        socket = self._socket
+        if socket in ready:
             receive = self._core.receive
-            recv = self._socket.recv_multipart
+            recv = socket.recv_multipart
             try:
                 for _ in range(_DRAIN):
                     receive(recv(zmq.NOBLOCK))
+                    if self._socket is not socket:
+                        break  # moved to another endpoint: the old socket is closed
             except zmq.Again:
                 pass
+        # After the messages: those the broker sent before it went come first.
+        if self._socket is socket and self._monitor is not None:
+            if self._monitor in ready:
+                self._read_monitor()
+            self._tell_changes()
         if wakeup is not None and self._clock.seconds() >= wakeup:
             self._core.on_time()
         wakeup = self._core.wakeup_at()
         self._due = math.inf if wakeup is None else wakeup
 
+    def _read_monitor(self) -> None:
+        """Take what the monitor says (the core hears it on the next turn)."""
+        monitor = self._monitor
+        assert monitor is not None
+        try:
+            while True:
+                change = link_change(monitor.recv_multipart(zmq.NOBLOCK))
+                if change is not None:
+                    self._changes.append(change)
+                    self._linked = change is LinkChange.MADE
+        except zmq.Again:
+            pass
+
+    def _tell_changes(self) -> None:
+        """Tell the core what the monitor said (a move to another endpoint drops the rest)."""
+        while self._changes:
+            if self._changes.popleft() is LinkChange.MADE:
+                self._core.connection_made()
+            else:
+                self._core.connection_lost()
+
     def _tick(self) -> None:
-        """Between sends: run the heartbeat when it is due, without waiting."""
-        if self._clock.seconds() >= self._due:
+        """
+        Between sends: run the heartbeat when it is due, and tell the core
+        what a send learnt from the monitor (the connection broke: sends
+        are held from now on), without waiting.
+        """
+        if self._changes or self._clock.seconds() >= self._due:
             self._turn(self._clock.seconds())

@@ -21,6 +21,17 @@ used from one thread. Its calls wait for their answers:
 A broker that does not answer within the timeout is an error
 (L{BrokerUnreachableError}) that says so, never a short answer.
 
+The endpoint may be several (a list, or separated by commas: a
+primary/backup pair). The client opens on the first that accepts it,
+trying them in order (each for its share of the timeout; ERROR 503, the
+passive of a pair, moves on at once, and after a full round of refusals it
+backs off briefly and goes round again until the timeout), and a read or
+append cut short by silence or ERROR 503 is tried again on the next. As
+for the other clients, its DEALER's monitor says at once when the
+connection breaks (a broker killed: the call goes to the next without
+waiting for the timeout), and an endpoint where no connection comes up
+within a short grace is left for the next (``malamute_pack.client.monitor``).
+
 Tests: ``tests/test_client_bulk.py``.
 """
 
@@ -34,8 +45,17 @@ from typing import Final, TypeVar
 
 import zmq
 
-from malamute_pack.client.dealer import make_dealer
+from malamute_pack.client.dealer import check_endpoints, make_dealer, make_watched_dealer
+from malamute_pack.client.endpoints import (
+    BACK_OFF,
+    HANDSHAKE_GRACE,
+    NOT_ACTIVE,
+    EndpointRing,
+    EndpointSpec,
+    parse_endpoints,
+)
 from malamute_pack.client.errors import BrokerUnreachableError, ClientError, MalamuteError
+from malamute_pack.client.monitor import LinkChange, link_change, unwatch, wait_writable
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.protocol import chunks, mlm
 from malamute_pack.protocol.mlm import LATEST
@@ -121,7 +141,11 @@ class DataLossError(ClientError):
 
 
 class _Silent(Exception):
-    """The broker said nothing for the timeout."""
+    """The broker said nothing for the timeout (or, with several endpoints, is gone)."""
+
+
+class _NotActive(_Silent):
+    """(Several endpoints) the broker answered ERROR 503: it does not serve."""
 
 
 class BulkClient:
@@ -129,7 +153,10 @@ class BulkClient:
     A version 2 connection to the broker at C{endpoint} for bulk reads and
     appends (see the module). C{timeout}: seconds of silence from the
     broker before a call fails (or, for reads and appends, is tried again
-    on a new connection, C{retries} times).
+    on a new connection, C{retries} times). C{endpoint} may be several (a
+    list, or separated by commas): the client fails over between them.
+
+    @ivar endpoints: every endpoint, in the order they are tried.
 
     @raise BrokerUnreachableError: no broker answered in time.
     @raise MalamuteError: the broker refused the connection.
@@ -137,23 +164,29 @@ class BulkClient:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: EndpointSpec,
         *,
         options: ClientOptions | None = None,
         timeout: float = 30.0,
         retries: int = 2,
         max_append_bytes: int = MAX_APPEND_BYTES,
     ) -> None:
-        self.endpoint = endpoint
+        self.endpoints = parse_endpoints(endpoint)
+        self._ring = EndpointRing(self.endpoints)
         self.max_append_bytes = max_append_bytes
         self._options = options if options is not None else ClientOptions()
         self._timeout = timeout
         self._retries = retries
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._socket: zmq.Socket[bytes] | None = None
+        # With several endpoints: the monitor of the socket, and whether its
+        # connection is up.
+        self._monitor: zmq.Socket[bytes] | None = None
+        self._linked = False
         self._credit = 0  # credit the broker holds for this connection
         self._last_sent = 0.0
         try:
+            check_endpoints(self._context, self.endpoints[1:])
             self._open()
         except BaseException:
             self.close()
@@ -170,52 +203,195 @@ class BulkClient:
         if self._socket is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self._socket.send_multipart(mlm.encode(mlm.ConnectionClose()), zmq.NOBLOCK)
-            self._socket.close(linger=0)
-            self._socket = None
+        self._drop()
         self._context.term()
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the client is on (or tries next)."""
+        return self._ring.current
+
+    @property
+    def switches(self) -> int:
+        """How many times the client moved to another endpoint (fail-overs)."""
+        return self._ring.switches
 
     # Connection
 
     def _open(self) -> None:
-        """A new socket and connection: what was under way on the old one is dropped."""
-        if self._socket is not None:
-            self._socket.close(linger=0)
+        """
+        A new socket and connection: what was under way on the old one is
+        dropped. With several endpoints, each is tried in turn from the
+        current one (for its share of the timeout; at once after ERROR 503),
+        with a back-off after each full round, until the timeout.
+        """
+        if not self._ring.several:
+            try:
+                self._open_at(self._timeout)
+            except _Silent:
+                raise BrokerUnreachableError(
+                    f"no Malamute broker answered at {self.endpoint} within {self._timeout:g} s"
+                ) from None
+            return
+        deadline = time.monotonic() + self._timeout
+        share = self._timeout / len(self.endpoints)
+        while True:
+            try:
+                self._open_at(min(share, max(0.0, deadline - time.monotonic())))
+                self._ring.accepted()
+                return
+            except _Silent as e:
+                why = "ERROR 503, not active" if isinstance(e, _NotActive) else "silent"
+                self._drop()
+                left = self.endpoint
+                round_failed = self._fail_over()
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachableError(
+                    f"no Malamute broker at {', '.join(self.endpoints)} accepted us within "
+                    f"{self._timeout:g} s (the last: {left}, {why})"
+                )
+            if round_failed:
+                time.sleep(min(BACK_OFF, max(0.0, deadline - time.monotonic())))
+
+    def _open_at(self, wait: float) -> None:
+        """
+        Open on the current endpoint, waiting C{wait} seconds at most for OK
+        (with several endpoints, at most a short grace for the connection).
+        """
+        self._drop()
         options = self._options
-        self._socket = make_dealer(self._context, self.endpoint, options.plain, options.curve)
         self._credit = 0
         opening = mlm.ConnectionOpen(version=2, address=options.address)
+        if not self._ring.several:
+            self._socket = make_dealer(self._context, self.endpoint, options.plain, options.curve)
+            self._command(opening, mlm.Ok, wait)
+            return
+        started = time.monotonic()
+        self._socket, self._monitor = make_watched_dealer(
+            self._context, self.endpoint, options.plain, options.curve
+        )
+        self._linked = False
+        grace = min(HANDSHAKE_GRACE, self._timeout / 4, wait)
+        while not self._linked:
+            left = started + grace - time.monotonic()
+            if left <= 0 or not self._monitor.poll(int(left * 1000) + 1):
+                raise _Silent()  # no connection: nobody listens there
+            self._read_monitor()
+        self._command(opening, mlm.Ok, max(0.0, started + wait - time.monotonic()))
+
+    def _read_monitor(self) -> None:
+        """What the monitor says: _Silent if the connection broke."""
+        assert self._monitor is not None
         try:
-            self._command(opening, mlm.Ok)
-        except _Silent:
-            raise BrokerUnreachableError(
-                f"no Malamute broker answered at {self.endpoint} within {self._timeout:g} s"
-            ) from None
+            while True:
+                change = link_change(self._monitor.recv_multipart(zmq.NOBLOCK))
+                if change is LinkChange.LOST:
+                    self._linked = False
+                    raise _Silent()
+                if change is LinkChange.MADE:
+                    self._linked = True
+        except zmq.Again:
+            pass
+
+    def _fail_over(self) -> bool:
+        """
+        (Several endpoints) the current endpoint failed: move to the next;
+        True when every endpoint failed in a row.
+        """
+        round_failed = self._ring.failed()
+        self._ring.switched()
+        return round_failed
 
     def _send(self, message: mlm.Message) -> None:
         assert self._socket is not None
-        self._socket.send_multipart(mlm.encode(message))
+        frames = mlm.encode(message)
+        if self._monitor is None:
+            self._socket.send_multipart(frames)
+        else:
+            self._send_watched(frames)
         self._last_sent = time.monotonic()
 
-    def _receive(self) -> mlm.Message:
-        """The next message from the broker; _Silent after the timeout."""
+    def _send_watched(self, frames: list[bytes]) -> None:
+        """
+        (Several endpoints) the socket queues only on a connection that is
+        up: without room, wait for some (the timeout at most), but not once
+        the monitor says the connection broke (_Silent).
+        """
+        assert self._socket is not None and self._monitor is not None
+        until = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._socket.send_multipart(frames, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+            self._read_monitor()
+            if not self._linked or time.monotonic() >= until:
+                raise _Silent()
+            wait_writable(self._socket, self._monitor, until)
+
+    def _receive(self, wait: float | None = None) -> mlm.Message:
+        """
+        The next message from the broker; _Silent after C{wait} (the
+        timeout), or at once if the connection breaks (several endpoints).
+        """
         assert self._socket is not None
-        if not self._socket.poll(int(self._timeout * 1000)):
-            raise _Silent()
+        wait = self._timeout if wait is None else wait
+        if self._monitor is None:
+            if not self._socket.poll(int(wait * 1000)):
+                raise _Silent()
+        else:
+            self._await_input(time.monotonic() + wait)
         try:
             return mlm.decode(self._socket.recv_multipart())
         except mlm.MalformedMessage as e:
             raise ClientError(f"the broker at {self.endpoint} sent a malformed message: {e}") from e
 
-    def _command(self, message: mlm.Message, answer: type[M]) -> M:
-        """Send C{message} and wait for its C{answer}; MalamuteError for ERROR."""
+    def _await_input(self, until: float) -> None:
+        """
+        (Several endpoints) wait until the socket has input; _Silent at
+        C{until}, or when the monitor says the connection broke (what the
+        broker sent before it went is read first).
+        """
+        assert self._socket is not None and self._monitor is not None
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        while True:
+            left = until - time.monotonic()
+            ready = dict(poller.poll(max(0, int(left * 1000)))) if left > 0 else {}
+            if self._socket in ready:
+                return
+            if self._monitor in ready:
+                self._read_monitor()
+            elif left <= 0:
+                raise _Silent()
+
+    def _command(self, message: mlm.Message, answer: type[M], wait: float | None = None) -> M:
+        """
+        Send C{message} and wait for its C{answer}; MalamuteError for ERROR
+        (_NotActive for 503 with several endpoints).
+        """
         self._send(message)
         while True:
-            reply = self._receive()
+            reply = self._receive(wait)
             if isinstance(reply, answer):
                 return reply
             if isinstance(reply, mlm.Error):
+                self._check_active(reply)
                 raise MalamuteError(reply.status_code, reply.status_reason)
             # Anything else (a PONG, the tail of an abandoned read) is not for us.
+
+    def _check_active(self, error: mlm.Error) -> None:
+        """With several endpoints, ERROR 503 is a broker to leave: _NotActive."""
+        if self._ring.several and error.status_code == NOT_ACTIVE:
+            raise _NotActive()
+
+    def _retry_elsewhere(self) -> None:
+        """A call was cut short (silence, 503): drop the connection; with several, move on."""
+        self._drop()
+        if self._ring.several:
+            self._fail_over()
 
     def _fresh(self) -> None:
         """
@@ -226,8 +402,9 @@ class BulkClient:
             self._open()
 
     def _unreachable(self, what: str) -> BrokerUnreachableError:
+        where = ", ".join(self.endpoints) if self._ring.several else self.endpoint
         return BrokerUnreachableError(
-            f"the broker at {self.endpoint} did not answer for {self._timeout:g} s {what}"
+            f"the broker at {where} did not answer for {self._timeout:g} s {what}"
         )
 
     # Calls
@@ -239,11 +416,20 @@ class BulkClient:
         first, LATEST last + 1, SEQUENCE C{position}, TIME the first record
         at or after C{position} (ms since the epoch; last + 1 if none).
         """
-        self._fresh()
-        try:
-            got = self._command(mlm.StreamQuery(stream, whence, position), mlm.StreamStatus)
-        except _Silent:
-            raise self._unreachable(f"to a query of stream {stream!r}") from None
+        query = mlm.StreamQuery(stream, whence, position)
+        attempts = 0
+        while True:
+            try:
+                self._fresh()
+                got = self._command(query, mlm.StreamStatus)
+                break
+            except (_Silent, BrokerUnreachableError) as e:
+                attempts += 1
+                if not self._ring.several and isinstance(e, BrokerUnreachableError):
+                    raise  # no broker to open on: its own error
+                if not self._ring.several or attempts > self._retries:
+                    raise self._unreachable(f"to a query of stream {stream!r}") from None
+                self._retry_elsewhere()
         return StreamStatus(stream, got.first, got.last, got.position)
 
     def read_range(
@@ -276,7 +462,7 @@ class BulkClient:
                         f"while reading stream {stream!r} (read up to {position - 1} of "
                         f"{first}-{last}; tried {attempts} times)"
                     ) from None
-                self._drop()
+                self._retry_elsewhere()
 
     def _read_once(
         self, stream: str, first: int, last: int, pattern: str
@@ -305,6 +491,7 @@ class BulkClient:
                     finished = True
                     return
                 elif isinstance(reply, mlm.Error):
+                    self._check_active(reply)  # a 503: not finished, go elsewhere
                     finished = True  # the broker ended the read
                     raise MalamuteError(reply.status_code, reply.status_reason)
         finally:
@@ -316,6 +503,10 @@ class BulkClient:
     def _drop(self) -> None:
         """Give the connection up; the next call opens a new one."""
         if self._socket is not None:
+            if self._monitor is not None:
+                unwatch(self._socket)
+                self._monitor.close(linger=0)
+                self._monitor = None
             self._socket.close(linger=0)
             self._socket = None
 
@@ -358,7 +549,7 @@ class BulkClient:
                     raise self._unreachable(
                         f"to an append to stream {stream!r} (tried {attempts} times)"
                     ) from None
-                self._drop()
+                self._retry_elsewhere()
         if got.status_code == mlm.ALREADY_WRITTEN:
             return Appended(stream, key, got.first, got.last, True)
         if got.status_code != mlm.SUCCESS:

@@ -7,6 +7,19 @@ channel opens again and replays the settings its owner recorded, one at a
 time, before the queued commands go on; a command cut short by that ERROR
 is sent again once after the replay.
 
+With several endpoints (an L{EndpointRing}: a primary/backup pair) the
+channel applies the fail-over table, L{FAILOVER_MACHINE}: a broker that
+answers ERROR 503 (not active), is silent, or does not answer
+CONNECTION_OPEN within its share of the connect timeout is left for the
+next endpoint (the owner makes the new connection), where the channel opens
+and replays as after ERROR 500. So is one whose connection breaks (the
+owner's socket monitor tells: L{CommandChannel.connection_lost}), or where
+no connection comes up for CONNECTION_OPEN to be queued on (the owner's
+socket queues only on a connection that is up: L{ChannelOwner.try_send})
+within a short grace for the handshake, L{HANDSHAKE_GRACE} after the
+connection was made; one that comes up in time
+(L{CommandChannel.connection_made}) takes the CONNECTION_OPEN at once.
+
 Each input becomes one event (an answer is told apart by what it answers);
 the table's row for (state, event) gives the actions, run in order, and the
 next state, which is then applied. The application's callbacks (command
@@ -31,6 +44,7 @@ from typing import Final, Protocol
 
 from twisted.logger import Logger
 
+from malamute_pack.client.endpoints import BACK_OFF, HANDSHAKE_GRACE, NOT_ACTIVE, EndpointRing
 from malamute_pack.client.errors import (
     BrokerUnreachableError,
     ClientClosedError,
@@ -38,7 +52,14 @@ from malamute_pack.client.errors import (
     MalamuteError,
 )
 from malamute_pack.client.heartbeat import Clock
-from malamute_pack.client.machine import MACHINE, NOTIFICATIONS, Action, ClientState, Event
+from malamute_pack.client.machine import (
+    FAILOVER_MACHINE,
+    MACHINE,
+    NOTIFICATIONS,
+    Action,
+    ClientState,
+    Event,
+)
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.subscriptions import SETTINGS, ReplayStep, Setting
 from malamute_pack.protocol import mlm
@@ -65,8 +86,9 @@ class Command:
     fallback: Setting | None = None
 
 
-# What an event carries: the command asked for, or the broker's ERROR.
-Payload = Command | mlm.Error | None
+# What an event carries: the command asked for, the broker's ERROR, or (for
+# the fail-over events of the owner and the timers) why the endpoint failed.
+Payload = Command | mlm.Error | str | None
 
 
 class ChannelOwner(Protocol):
@@ -102,6 +124,18 @@ class ChannelOwner(Protocol):
     def drop_sends(self) -> None:
         """The client closed: sends still waiting fail (after CLOSED is applied)."""
 
+    def connect_to(self, endpoint: str) -> None:
+        """
+        Leave the current endpoint (what is queued for it is dropped) and
+        connect to C{endpoint}; silence counts from now.
+        """
+
+    def try_send(self, frames: list[bytes]) -> bool:
+        """
+        (Several endpoints) send one message if the connection can take it
+        now; False, and nothing sent, if it is not up (yet).
+        """
+
 
 class UnreachableEvent(RuntimeError):
     """An event happened in a state whose table has no row for it: a bug."""
@@ -112,15 +146,27 @@ class CommandChannel:
     One connection's state and commands.
 
     @ivar state: the current L{ClientState}.
-    @ivar reconnects: how many times the broker forgot us and accepted us again.
+    @ivar reconnects: how many times the broker forgot us (or we moved to
+        another endpoint) and a broker accepted us again.
     @ivar observer: if set, called with (state, event, next state) after each
         transition (for tests and debugging).
     """
 
-    def __init__(self, clock: Clock, owner: ChannelOwner, options: ClientOptions) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        owner: ChannelOwner,
+        options: ClientOptions,
+        endpoints: EndpointRing | None = None,
+    ) -> None:
+        """
+        @param endpoints: the brokers to fail over between; with one (or
+            None), the channel never changes endpoint.
+        """
         self._clock = clock
         self._owner = owner
         self._options = options
+        self._ring = EndpointRing(()) if endpoints is None else endpoints
         self.state = ClientState.START
         self.reconnects = 0
         self.observer: Callable[[ClientState, Event, ClientState], None] | None = None
@@ -129,13 +175,24 @@ class CommandChannel:
         self._replaying: deque[Command] = deque()
         self._close_waiters: list[Done] = []
         self._deadline: float | None = None  # of CONNECTING or CLOSING
+        # With several endpoints: when the endpoint counts as silent, or the
+        # back-off ends, and the event it then raises.
+        self._attempt: tuple[float, Event] | None = None
+        self._last_failure = ""  # why the last endpoint was left, for connect()'s error
+        # With several endpoints: when the connection to the current endpoint
+        # was made, and, while CONNECTION_OPEN (outstanding) waits for it to
+        # come up, when the endpoint counts as unreachable.
+        self._grace = min(HANDSHAKE_GRACE, options.timeout / 4)
+        self._dialled = clock.seconds()
+        self._unsent: float | None = None
         self._events: deque[tuple[Event, Payload]] = deque()
         self._callbacks: list[Callable[[], None]] = []
         self._dispatching = False
         # The table with each action bound to its method, once.
+        table = FAILOVER_MACHINE if self._ring.several else MACHINE
         self._rows = {
             key: (tuple(getattr(self, f"_action_{a.value}") for a in row.actions), row.next)
-            for key, row in MACHINE.items()
+            for key, row in table.items()
         }
 
     @property
@@ -180,7 +237,9 @@ class CommandChannel:
         """The broker said ERROR."""
         command = self._outstanding
         invalid = message.status_code == mlm.COMMAND_INVALID
-        if command is None:
+        if self._ring.several and message.status_code == NOT_ACTIVE:
+            event = Event.NOT_ACTIVE
+        elif command is None:
             event = Event.INVALID if invalid else Event.STRAY_ERROR
         elif type(command.message) is mlm.ConnectionOpen:
             event = Event.OPEN_INVALID if invalid else Event.OPEN_REFUSED
@@ -198,7 +257,11 @@ class CommandChannel:
         broker does not know us, anything else that it does.
         """
         if self.state in _HEARING and not (
-            type(message) is mlm.Error and message.status_code == mlm.COMMAND_INVALID
+            type(message) is mlm.Error
+            and (
+                message.status_code == mlm.COMMAND_INVALID
+                or (self._ring.several and message.status_code == NOT_ACTIVE)
+            )
         ):
             self._dispatch(Event.HEARD, None)
 
@@ -206,19 +269,45 @@ class CommandChannel:
         """The last send waiting for its STORED got it."""
         self._dispatch(Event.SENDS_STORED, None)
 
+    def connection_made(self) -> None:
+        """
+        (Several endpoints) the connection to the current endpoint is up: a
+        CONNECTION_OPEN waiting for it goes now.
+        """
+        if self._unsent is not None and self._try_open():
+            self._unsent = None
+
+    def connection_lost(self) -> None:
+        """(Several endpoints) the connection to the current endpoint broke."""
+        self._dispatch(Event.LOST, "the connection broke")
+
     def silence(self) -> None:
         """Nothing was heard from the broker for the timeout."""
         self._dispatch(Event.SILENCE, None)
 
     def wakeup_at(self) -> float | None:
-        """When L{on_time} should run next for the connect or close timeout."""
-        return self._deadline
+        """
+        When L{on_time} should run next for the connect or close timeout
+        (or, with several endpoints, an endpoint's time to answer or to
+        take CONNECTION_OPEN, or the back-off).
+        """
+        attempt = None if self._attempt is None else self._attempt[0]
+        times = [t for t in (self._deadline, self._unsent, attempt) if t is not None]
+        return min(times) if times else None
 
     def on_time(self, now: float) -> None:
-        """Run the connect or close timeout if it is due."""
+        """Run the connect or close timeout (or a fail-over timer) if it is due."""
         if self._deadline is not None and now >= self._deadline:
             self._deadline = None
             self._dispatch(Event.DEADLINE, None)
+        elif self._unsent is not None and now >= self._unsent:
+            self._unsent = None
+            if not self._try_open():  # a last try: the connection may be up unannounced
+                self._dispatch(Event.UNCONNECTED, f"no connection within {self._grace:g}s")
+        elif self._attempt is not None and now >= self._attempt[0]:
+            event = self._attempt[1]
+            self._attempt = None
+            self._dispatch(event, None)
 
     # The engine
 
@@ -251,9 +340,9 @@ class CommandChannel:
         if self.observer is not None:
             self.observer(before, event, after)
 
-    def _raise(self, event: Event) -> None:
+    def _raise(self, event: Event, payload: Payload = None) -> None:
         """Handle C{event} once the current one is done."""
-        self._events.append((event, None))
+        self._events.append((event, payload))
 
     def _later(self, done: Done | None, result: ClientError | None) -> None:
         """Call C{done} with C{result} once the next state is applied."""
@@ -266,6 +355,35 @@ class CommandChannel:
     def _send_outstanding(self, command: Command) -> None:
         self._outstanding = command
         self._owner.send_frames(mlm.encode(command.message))
+
+    def _send_open(self, command: Command) -> None:
+        """
+        Send CONNECTION_OPEN; with several endpoints, if no connection is up
+        to take it, it waits for one until the grace after the connection
+        was made (or, that being over, the endpoint failed now).
+        """
+        self._outstanding = command
+        self._unsent = None
+        if not self._ring.several:
+            self._owner.send_frames(mlm.encode(command.message))
+            return
+        if self._try_open():
+            return
+        due = self._dialled + self._grace
+        if self._clock.seconds() < due:
+            self._unsent = due
+        else:
+            self._raise(Event.UNCONNECTED, f"no connection within {self._grace:g}s")
+
+    def _try_open(self) -> bool:
+        """
+        (Several endpoints) send the outstanding CONNECTION_OPEN if a
+        connection takes it (True too if it is no longer outstanding).
+        """
+        command = self._outstanding
+        if command is None or type(command.message) is not mlm.ConnectionOpen:
+            return True  # answered meanwhile (without the socket saying it was up)
+        return self._owner.try_send(mlm.encode(command.message))
 
     def _take_outstanding(self) -> Command:
         command = self._outstanding
@@ -288,7 +406,7 @@ class CommandChannel:
     def _action_send_open(self, payload: Payload) -> None:
         assert isinstance(payload, Command)
         self._deadline = self._clock.seconds() + self._options.timeout
-        self._send_outstanding(payload)
+        self._send_open(payload)
 
     def _action_refuse_connect(self, payload: Payload) -> None:
         assert isinstance(payload, Command)
@@ -324,9 +442,16 @@ class CommandChannel:
         self._later(self._take_outstanding().done, error)
 
     def _action_time_out_open(self, payload: Payload) -> None:
-        error = BrokerUnreachableError(
-            f"no answer to CONNECTION_OPEN within {self._options.timeout}s"
-        )
+        if self._ring.several:
+            last = f" (the last: {self._last_failure})" if self._last_failure else ""
+            error = BrokerUnreachableError(
+                f"no broker at {', '.join(self._ring.endpoints)} accepted CONNECTION_OPEN "
+                f"within {self._options.timeout}s{last}"
+            )
+        else:
+            error = BrokerUnreachableError(
+                f"no answer to CONNECTION_OPEN within {self._options.timeout}s"
+            )
         self._later(self._take_outstanding().done, error)
 
     def _action_pump(self, payload: Payload) -> None:
@@ -335,6 +460,8 @@ class CommandChannel:
 
     def _action_cancel_deadline(self, payload: Payload) -> None:
         self._deadline = None
+        self._attempt = None
+        self._unsent = None
 
     def _action_start_heartbeat(self, payload: Payload) -> None:
         self._owner.start_heartbeat()
@@ -360,10 +487,12 @@ class CommandChannel:
         self._queue.appendleft(command)
 
     def _action_reopen(self, payload: Payload) -> None:
-        _log.info("the broker does not know us (ERROR 500): opening again")
+        if isinstance(payload, mlm.Error):
+            _log.info("the broker does not know us (ERROR 500): opening again")
+        self._attempt = None  # a back-off: the broker answered first
         self._replaying.clear()
         self._owner.resend_unstored()
-        self._send_outstanding(Command(self._open_message(), None))
+        self._send_open(Command(self._open_message(), None))
 
     def _action_count_reconnect(self, payload: Payload) -> None:
         self.reconnects += 1
@@ -400,12 +529,16 @@ class CommandChannel:
 
     def _action_resume(self, payload: Payload) -> None:
         _log.info("the broker answers again")
+        self._attempt = None
 
     def _action_warn_silence(self, payload: Payload) -> None:
         _log.warn(
             "nothing heard from the broker for {timeout}s: connection lost",
             timeout=self._options.timeout,
         )
+
+    def _action_warn_lost(self, payload: Payload) -> None:
+        _log.warn("the connection to the broker at {at} broke", at=self._ring.current)
 
     def _action_warn_open_refused(self, payload: Payload) -> None:
         assert isinstance(payload, mlm.Error)
@@ -449,6 +582,8 @@ class CommandChannel:
 
     def _action_finish_close(self, payload: Payload) -> None:
         self._deadline = None
+        self._attempt = None
+        self._unsent = None
         self._replaying.clear()
         self._owner.stop_heartbeat()
         self._fail_waiting(ClientClosedError("the client was closed"))
@@ -459,8 +594,59 @@ class CommandChannel:
         for done in waiters:
             self._later(done, None)
 
+    # Fail-over actions (several endpoints only)
 
-# States in which hearing from the broker is an event.
+    def _action_await_answer(self, payload: Payload) -> None:
+        # Each endpoint gets its share, so that connect() reaches the last in time.
+        share = self._options.timeout / len(self._ring.endpoints)
+        self._attempt = (self._clock.seconds() + share, Event.NO_ANSWER)
+
+    def _action_fail_over(self, payload: Payload) -> None:
+        self._attempt = None
+        self._unsent = None
+        if isinstance(payload, mlm.Error):
+            why = f"ERROR {payload.status_code} {payload.status_reason}"
+        elif isinstance(payload, str):
+            why = payload
+        elif self.state is ClientState.CONNECTING:
+            why = "no answer to CONNECTION_OPEN"
+        else:
+            why = f"nothing heard for {self._options.timeout}s"
+        self._last_failure = f"{self._ring.current}: {why}"
+        left = self._ring.current
+        round_failed = self._ring.failed()
+        _log.info(
+            "leaving the broker at {left} ({why}); next: {next}",
+            left=left,
+            why=why,
+            next=self._ring.current,
+        )
+        self._raise(Event.ROUND_FAILED if round_failed else Event.MOVE_ON)
+
+    def _action_switch(self, payload: Payload) -> None:
+        self._ring.switched()
+        self._dialled = self._clock.seconds()
+        self._owner.connect_to(self._ring.current)
+
+    def _action_resend_open(self, payload: Payload) -> None:
+        command = self._outstanding
+        assert command is not None and type(command.message) is mlm.ConnectionOpen
+        self._send_open(command)
+
+    def _action_back_off(self, payload: Payload) -> None:
+        _log.warn(
+            "no broker at {endpoints} serves us; trying again in {delay}s",
+            endpoints=", ".join(self._ring.endpoints),
+            delay=BACK_OFF,
+        )
+        self._attempt = (self._clock.seconds() + BACK_OFF, Event.BACKED_OFF)
+
+    def _action_arrived(self, payload: Payload) -> None:
+        self._ring.accepted()
+        self._last_failure = ""
+
+
+# States in which hearing from the broker is an event (the same in both tables).
 _HEARING: Final = frozenset(state for state, event in MACHINE if event is Event.HEARD)
 
 

@@ -23,6 +23,18 @@ mailbox and service records kept until DONE, and STORED for every
 MAILBOX_SEND and SERVICE_SEND; close() waits up to C{close_timeout} for the
 STOREDs of the sends made before it.
 
+With several endpoints (a primary/backup pair: L{EndpointRing}), the core
+moves to the next one when the broker it is on answers ERROR 503 (not
+active), goes silent, or does not answer CONNECTION_OPEN in time; the
+driver makes the new connection (L{CoreOwner.connect_to}), and the core
+opens and replays there as after a restart (``machine.FAILOVER_MACHINE``).
+Not to wait for silence, the driver watches its connection (a socket
+monitor) and tells the core when it is up (L{ClientCore.connection_made})
+and when it breaks (L{ClientCore.connection_lost}: the broker is left at
+once); its socket queues only on a connection that is up
+(L{CoreOwner.try_send}), so that an endpoint nobody listens on is left
+after a short grace instead of its share of the timeout.
+
 Time comes from a clock (C{seconds()}); the driver asks L{ClientCore.wakeup_at}
 when to call L{ClientCore.on_time} next.
 
@@ -39,6 +51,7 @@ from twisted.logger import Logger
 from malamute_pack.client.channel import ChannelOwner, CommandChannel, Done
 from malamute_pack.client.credit import Credit, check_credit
 from malamute_pack.client.dedupe import SeenSequences
+from malamute_pack.client.endpoints import EndpointRing
 from malamute_pack.client.errors import ClientClosedError, ClientError
 from malamute_pack.client.events import Delivery
 from malamute_pack.client.heartbeat import Clock, Heartbeat
@@ -64,6 +77,19 @@ class CoreOwner(Recipient, Protocol):
     def send_frames(self, frames: list[bytes]) -> None:
         """Send one message to the broker."""
 
+    def connect_to(self, endpoint: str) -> None:
+        """
+        (Several endpoints only) close the connection to the current
+        endpoint, dropping what is queued for it, and connect to
+        C{endpoint}: later frames go there.
+        """
+
+    def try_send(self, frames: list[bytes]) -> bool:
+        """
+        (Several endpoints only) send one message if the connection can
+        take it now: False, and nothing sent, if it is not up (yet).
+        """
+
 
 def _ignore_stored(result: int | ClientError) -> None:
     pass
@@ -77,14 +103,24 @@ class ClientCore(ChannelOwner):
     """
 
     def __init__(
-        self, clock: Clock, owner: CoreOwner, options: ClientOptions | None = None
+        self,
+        clock: Clock,
+        owner: CoreOwner,
+        options: ClientOptions | None = None,
+        endpoints: Sequence[str] = (),
     ) -> None:
+        """
+        @param endpoints: the brokers' endpoints, in the order to try them
+            (the driver is connected to the first); with more than one, the
+            core fails over between them. Names only: the driver connects.
+        """
         options = ClientOptions() if options is None else options
         self.options = options
         self._clock = clock
         self._owner = owner
+        self._ring = EndpointRing(endpoints)
         sequences = SeenSequences()
-        self._channel = CommandChannel(clock, self, options)
+        self._channel = CommandChannel(clock, self, options, self._ring)
         self._heartbeat = Heartbeat(clock, owner.send_frames, options.heartbeat, options.timeout)
         self._credit = Credit(owner.send_frames)
         self._outbox = Outbox(owner.send_frames, options.max_held)
@@ -137,6 +173,21 @@ class ClientCore(ChannelOwner):
     def reconnects(self) -> int:
         """How many times the broker forgot us and we opened again."""
         return self._channel.reconnects
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the client is on (or trying)."""
+        return self._ring.current
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Every endpoint the client may use, in order."""
+        return self._ring.endpoints
+
+    @property
+    def switches(self) -> int:
+        """How many times the client moved to another endpoint (fail-overs)."""
+        return self._ring.switches
 
     @property
     def held_dropped(self) -> int:
@@ -355,6 +406,22 @@ class ClientCore(ChannelOwner):
             return
         handler(message)
 
+    def connection_made(self) -> None:
+        """
+        (Several endpoints) the driver's connection to the current endpoint
+        is up: a CONNECTION_OPEN waiting for one goes now.
+        """
+        if self._ring.several and self._channel.state in LISTENING:
+            self._channel.connection_made()
+
+    def connection_lost(self) -> None:
+        """
+        (Several endpoints) the driver's connection to the current endpoint
+        broke (the broker went away): move on to the next at once.
+        """
+        if self._ring.several and self._channel.state in LISTENING:
+            self._channel.connection_lost()
+
     def _on_stored(self, message: mlm.Stored) -> None:
         if self._outbox.stored(message) and not self._outbox.awaiting_stored:
             self._channel.sends_stored()
@@ -416,6 +483,13 @@ class ClientCore(ChannelOwner):
         self._outbox.drop_all(
             ClientClosedError("the client was closed before the broker said STORED")
         )
+
+    def connect_to(self, endpoint: str) -> None:
+        self._heartbeat.heard()  # the new endpoint has the whole timeout to answer
+        self._owner.connect_to(endpoint)
+
+    def try_send(self, frames: list[bytes]) -> bool:
+        return self._owner.try_send(frames)
 
 
 def _heard_only(message: mlm.Message) -> None:

@@ -57,8 +57,26 @@ class ClientFacade(ABC, Generic[CommandResult, StoredResult]):
         return self._core.address
 
     @property
+    def endpoint(self) -> str:
+        """The endpoint the client is on (or trying, while it fails over)."""
+        return self._core.endpoint
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Every endpoint the client may use, in the order it tries them."""
+        return self._core.endpoints
+
+    @property
+    def switches(self) -> int:
+        """How many times the client moved to another endpoint (fail-overs)."""
+        return self._core.switches
+
+    @property
     def reconnects(self) -> int:
-        """How many times the broker forgot us and we opened again and replayed."""
+        """
+        How many times the broker forgot us (or we moved to another
+        endpoint) and we opened again and replayed.
+        """
         return self._core.reconnects
 
     @property

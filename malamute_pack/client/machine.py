@@ -27,7 +27,30 @@ few states only: elsewhere they have no row and mean nothing. Any other
 (state, event) without a row cannot happen (``tests/test_client_machine.py``
 lists why for each); the channel raises L{UnreachableEvent} if one does.
 
-Besides the table, four sets of states say how the rest of the client
+With several endpoints (a primary/backup pair, L{EndpointRing}) the
+channel applies L{FAILOVER_MACHINE} instead: the same table with rows for
+moving to the next endpoint. There, ERROR 503 (the broker is the passive
+one: NOT_ACTIVE), no answer to CONNECTION_OPEN within the endpoint's share
+of the connect timeout (NO_ANSWER), SILENCE, the connection breaking (LOST:
+the DEALER's monitor says so at once, e.g. when the broker was killed) and
+no connection coming up for CONNECTION_OPEN to be queued on within a short
+grace (UNCONNECTED: nobody listens there) make the client leave the
+endpoint (FAIL_OVER), then open on the next (MOVE_ON): connect() tries
+every endpoint in turn until its timeout, and a connection that was open
+reopens and replays on the next one (RECONNECTING) instead of waiting for
+the broker it lost. When every endpoint failed in a row (ROUND_FAILED), the
+client waits a short back-off (BACKED_OFF) before going round again;
+commands waiting then fail as after SILENCE (DISCONNECTED).
+
+::
+
+    CONNECTING --NOT_ACTIVE/NO_ANSWER/LOST/UNCONNECTED--> FAIL_OVER
+               --MOVE_ON--> CONNECTION_OPEN on the next
+    CONNECTED/CONFIRMING --NOT_ACTIVE/SILENCE/LOST--> RECONNECTING on the next
+    RECONNECTING --NOT_ACTIVE/SILENCE/LOST/UNCONNECTED--> RECONNECTING on the next
+    RECONNECTING --ROUND_FAILED--> DISCONNECTED --BACKED_OFF--> RECONNECTING
+
+Besides the tables, four sets of states say how the rest of the client
 behaves in each: whether input is read at all (LISTENING), whether silence
 counts (WATCHED), whether messages go out at once (USABLE) or wait
 (HOLDING).
@@ -72,6 +95,14 @@ class Event(enum.Enum):
     REPLAYED = "replayed"  # every setting was sent again
     HEARD = "heard"  # something other than ERROR 500 arrived
     SENDS_STORED = "sends_stored"  # the last send waiting for its STORED got it
+    # With several endpoints only (FAILOVER_MACHINE):
+    NOT_ACTIVE = "not_active"  # ERROR 503: this broker does not serve (a passive)
+    NO_ANSWER = "no_answer"  # no answer to CONNECTION_OPEN within the endpoint's share
+    LOST = "lost"  # the connection to the endpoint broke (its monitor said so)
+    UNCONNECTED = "unconnected"  # no connection came up to queue CONNECTION_OPEN on in time
+    MOVE_ON = "move_on"  # follow-up: open on the next endpoint now
+    ROUND_FAILED = "round_failed"  # follow-up: every endpoint failed in a row
+    BACKED_OFF = "backed_off"  # the back-off after a failed round is over
 
 
 class Action(enum.Enum):
@@ -101,6 +132,7 @@ class Action(enum.Enum):
     FALL_BACK = "fall_back"  # a refused step is replaced by its fallback, if any
     RESUME = "resume"
     WARN_SILENCE = "warn_silence"
+    WARN_LOST = "warn_lost"  # (several endpoints only) the connection broke
     WARN_OPEN_REFUSED = "warn_open_refused"
     LOSE = "lose"  # fail what waits: the broker is unreachable
     WAIT_FOR_CLOSE = "wait_for_close"  # the close() caller waits for CLOSED
@@ -109,6 +141,13 @@ class Action(enum.Enum):
     GIVE_UP_CLOSING = "give_up_closing"  # close timeout: CONNECTION_CLOSE if not sent yet
     FINISH_CLOSE = "finish_close"  # fail what waits, stop the timers
     RELEASE_WAITERS = "release_waiters"  # the close() callers hear it is closed
+    # With several endpoints only (FAILOVER_MACHINE):
+    AWAIT_ANSWER = "await_answer"  # the endpoint's share of the connect timeout starts
+    FAIL_OVER = "fail_over"  # leave the endpoint: raise MOVE_ON, or ROUND_FAILED
+    SWITCH = "switch"  # a new connection, to the next endpoint
+    RESEND_OPEN = "resend_open"  # connect()'s CONNECTION_OPEN again, on the new connection
+    BACK_OFF = "back_off"  # wait before going round again
+    ARRIVED = "arrived"  # the endpoint accepted us: failures count from zero again
 
 
 class Row(NamedTuple):
@@ -200,6 +239,58 @@ MACHINE: Final[dict[tuple[ClientState, Event], Row]] = {
     (_S.CLOSED, _E.CONNECT): Row((_A.REFUSE_CONNECT,), _S.CLOSED),
     (_S.CLOSED, _E.COMMAND): Row((_A.REFUSE_CLOSED,), _S.CLOSED),
     (_S.CLOSED, _E.CLOSE): Row((_A.WAIT_FOR_CLOSE, _A.RELEASE_WAITERS), _S.CLOSED),
+}
+
+# With several endpoints: the rows that differ, or that only fail-over has.
+FAILOVER_MACHINE: Final[dict[tuple[ClientState, Event], Row]] = {
+    **MACHINE,
+    (_S.START, _E.CONNECT): Row((_A.SEND_OPEN, _A.AWAIT_ANSWER), _S.CONNECTING),
+    (_S.CONNECTING, _E.OPEN_OK): Row(
+        (_A.CANCEL_DEADLINE, _A.ARRIVED, _A.START_HEARTBEAT, _A.COMPLETE, *_USABLE_AGAIN),
+        _S.CONNECTED,
+    ),
+    (_S.CONNECTING, _E.NOT_ACTIVE): Row((_A.FAIL_OVER,), _S.CONNECTING),
+    (_S.CONNECTING, _E.NO_ANSWER): Row((_A.FAIL_OVER,), _S.CONNECTING),
+    # Lost while backing off too: on to the next endpoint at once.
+    (_S.CONNECTING, _E.LOST): Row((_A.FAIL_OVER,), _S.CONNECTING),
+    (_S.CONNECTING, _E.UNCONNECTED): Row((_A.FAIL_OVER,), _S.CONNECTING),
+    (_S.CONNECTING, _E.MOVE_ON): Row((_A.SWITCH, _A.RESEND_OPEN, _A.AWAIT_ANSWER), _S.CONNECTING),
+    # Connect to the first again now; open there after the back-off.
+    (_S.CONNECTING, _E.ROUND_FAILED): Row((_A.SWITCH, _A.BACK_OFF), _S.CONNECTING),
+    (_S.CONNECTING, _E.BACKED_OFF): Row((_A.RESEND_OPEN, _A.AWAIT_ANSWER), _S.CONNECTING),
+    #
+    (_S.CONNECTED, _E.SILENCE): Row((_A.WARN_SILENCE, _A.FAIL_OVER), _S.RECONNECTING),
+    (_S.CONNECTED, _E.NOT_ACTIVE): Row((_A.FAIL_OVER,), _S.RECONNECTING),
+    (_S.CONNECTED, _E.LOST): Row((_A.WARN_LOST, _A.FAIL_OVER), _S.RECONNECTING),
+    #
+    (_S.CONFIRMING, _E.SILENCE): Row(
+        (_A.WARN_SILENCE, _A.RETRY_AFTER_REOPEN, _A.FAIL_OVER), _S.RECONNECTING
+    ),
+    (_S.CONFIRMING, _E.NOT_ACTIVE): Row((_A.RETRY_AFTER_REOPEN, _A.FAIL_OVER), _S.RECONNECTING),
+    (_S.CONFIRMING, _E.LOST): Row(
+        (_A.WARN_LOST, _A.RETRY_AFTER_REOPEN, _A.FAIL_OVER), _S.RECONNECTING
+    ),
+    #
+    (_S.RECONNECTING, _E.OPEN_OK): Row(
+        (_A.ARRIVED, _A.COUNT_RECONNECT, _A.REGRANT_CREDIT, _A.START_REPLAY, _A.REPLAY_NEXT),
+        _S.RECONNECTING,
+    ),
+    (_S.RECONNECTING, _E.SILENCE): Row((_A.WARN_SILENCE, _A.FAIL_OVER), _S.RECONNECTING),
+    (_S.RECONNECTING, _E.NOT_ACTIVE): Row((_A.FAIL_OVER,), _S.RECONNECTING),
+    (_S.RECONNECTING, _E.LOST): Row((_A.WARN_LOST, _A.FAIL_OVER), _S.RECONNECTING),
+    (_S.RECONNECTING, _E.UNCONNECTED): Row((_A.FAIL_OVER,), _S.RECONNECTING),
+    (_S.RECONNECTING, _E.MOVE_ON): Row((_A.SWITCH, _A.REOPEN), _S.RECONNECTING),
+    # Nobody serves: what waits fails, as after SILENCE with one endpoint.
+    (_S.RECONNECTING, _E.ROUND_FAILED): Row((_A.LOSE, _A.SWITCH, _A.BACK_OFF), _S.DISCONNECTED),
+    #
+    (_S.DISCONNECTED, _E.BACKED_OFF): Row((_A.REOPEN,), _S.RECONNECTING),
+    # A ping answered by a passive: the back-off moves on.
+    (_S.DISCONNECTED, _E.NOT_ACTIVE): Row((), _S.DISCONNECTED),
+    # The connection the back-off will open on broke: that OPEN finds out.
+    (_S.DISCONNECTED, _E.LOST): Row((), _S.DISCONNECTED),
+    #
+    (_S.CLOSING, _E.NOT_ACTIVE): Row(_CLOSE_NOW, _S.CLOSED),
+    (_S.CLOSING, _E.LOST): Row(_CLOSE_NOW, _S.CLOSED),
 }
 
 # Events that have no row in most states: there they mean nothing.

@@ -15,6 +15,18 @@ too long for the wire (over 255 bytes) raise ValueError at the call. When the
 broker forgets the client (it restarted, or expired it), the core opens
 again and replays the settings; C{reconnects} counts those times.
 
+The endpoint may be several: a list, or endpoints separated by commas
+(C{"tcp://a:9999,tcp://b:9999"}, a primary/backup pair). The client opens
+on the first that accepts it, trying them in order, and moves to the next
+(a new socket, reopening and replaying there) when the broker it is on
+answers ERROR 503 (the passive of a pair) or goes silent; C{endpoint} is the
+one it is on, C{switches} counts the moves. With several endpoints, a
+socket monitor on the DEALER (read through a L{ZmqSocket} of its own)
+tells the core at once when the connection breaks (a broker killed: the
+client moves on without waiting for silence) or comes up, and the DEALER
+queues only on a connection that is up, so that an endpoint nobody listens
+on is left after a short grace (``malamute_pack.client.monitor``).
+
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides (C{timeout=2.0, version=1}...). The client speaks protocol
 version 2 by default (``version=1`` for the C broker); see
@@ -31,7 +43,7 @@ Tests: ``tests/test_client_reactor.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar, Unpack, cast
 
 import zmq
@@ -41,10 +53,12 @@ from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
-from malamute_pack.client.dealer import make_dealer
+from malamute_pack.client.dealer import check_endpoints, make_dealer, make_watched_dealer
+from malamute_pack.client.endpoints import EndpointSpec, parse_endpoints
 from malamute_pack.client.errors import ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.facade import ClientFacade
+from malamute_pack.client.monitor import LinkChange, link_change, unwatch
 from malamute_pack.client.options import ClientOptions, OptionOverrides, resolve_options
 from malamute_pack.client.outbox import StoredCallback
 from malamute_pack.protocol import mlm
@@ -87,10 +101,29 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         options: ClientOptions,
         on_delivery: Callable[[Delivery], object] | None = None,
         on_gap: Callable[[Gap], object] | None = None,
+        *,
+        endpoints: Sequence[str] = (),
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        monitor: zmq.Socket[bytes] | None = None,
     ) -> None:
+        """
+        @param socket: a DEALER connected to the first of C{endpoints}.
+        @param endpoints: every endpoint, in order; with several, the
+            client fails over between them, making its new sockets in
+            C{context} (the global one if None).
+        @param monitor: with several endpoints, the PAIR socket of
+            C{socket}'s monitor (L{make_watched_dealer}).
+        """
+        self._reactor = reactor
         self._clock = cast(_Timers, reactor)
-        self._core = ClientCore(self._clock, self, options)
+        self._context = context
+        self._core = ClientCore(self._clock, self, options, endpoints)
         self._socket = ZmqSocket(reactor, socket, self._received)
+        self._monitor: ZmqSocket | None = None
+        self._linked = True  # whether the connection is up (always, as far as one endpoint goes)
+        if monitor is not None:
+            self._watch(monitor)
+        self._dropped_before = 0  # by the sockets of endpoints left
         self._deliveries: DeferredQueue[Delivery] = DeferredQueue()
         self._confirmations: DeferredQueue[Confirmation] = DeferredQueue()
         self._gaps: DeferredQueue[Gap] = DeferredQueue()
@@ -102,7 +135,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
     def connect(
         cls,
         reactor: IReactorFDSet,
-        endpoint: str,
+        endpoint: EndpointSpec,
         address: str | None = None,
         *,
         options: ClientOptions | None = None,
@@ -114,6 +147,9 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         """
         Connect to the broker at C{endpoint} as C{address} ("" = anonymous).
 
+        @param endpoint: one endpoint, or several (a list, or separated by
+            commas): they are tried in order, and the client fails over
+            between them (see the module).
         @param options: the L{ClientOptions} (the defaults if None);
             C{address} and the keyword C{overrides} (C{timeout},
             C{heartbeat}, C{plain}, C{version}, C{auto_done}...) replace
@@ -126,12 +162,28 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         """
         try:
             resolved = resolve_options(options, address, overrides)
-            socket = make_dealer(
-                context or zmq.Context.instance(), endpoint, resolved.plain, resolved.curve
-            )
+            endpoints = parse_endpoints(endpoint)
+            zmq_context = context or zmq.Context.instance()
+            check_endpoints(zmq_context, endpoints[1:])
+            monitor = None
+            if len(endpoints) > 1:
+                socket, monitor = make_watched_dealer(
+                    zmq_context, endpoints[0], resolved.plain, resolved.curve
+                )
+            else:
+                socket = make_dealer(zmq_context, endpoints[0], resolved.plain, resolved.curve)
         except (ClientError, ValueError) as e:
             return defer.fail(e)
-        client = cls(reactor, socket, resolved, on_delivery, on_gap)
+        client = cls(
+            reactor,
+            socket,
+            resolved,
+            on_delivery,
+            on_gap,
+            endpoints=endpoints,
+            context=context,
+            monitor=monitor,
+        )
         d: Deferred[MalamuteClient] = Deferred()
 
         def opened(error: ClientError | None) -> None:
@@ -189,7 +241,29 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
     # CoreOwner
 
     def send_frames(self, frames: list[bytes]) -> None:
-        self._socket.send(frames)
+        if not self._socket.send(frames) and not self._linked:
+            # No connection (several endpoints): not a full queue. Nothing
+            # waits for one: a ping, or what goes again after the reopen.
+            self._dropped_before -= 1
+
+    def try_send(self, frames: list[bytes]) -> bool:
+        sent = self._socket.send(frames)
+        if not sent:
+            self._dropped_before -= 1  # not dropped: the core keeps it until a connection is up
+        return sent
+
+    def connect_to(self, endpoint: str) -> None:
+        old = self._socket
+        self._dropped_before += old.dropped
+        self._unwatch()
+        old.close()
+        options = self._core.options
+        socket, monitor = make_watched_dealer(
+            self._context or zmq.Context.instance(), endpoint, options.plain, options.curve
+        )
+        self._socket = ZmqSocket(self._reactor, socket, self._received)
+        self._watch(monitor)
+        self._socket.startReading()
 
     def delivered(self, delivery: Delivery) -> None:
         callback = self.on_delivery
@@ -211,7 +285,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
 
     @property
     def _socket_dropped(self) -> int:
-        return self._socket.dropped
+        return self._dropped_before + self._socket.dropped
 
     def _run_command(self, start: Callable[[Done], None]) -> Deferred[None]:
         d: Deferred[None] = Deferred()
@@ -232,9 +306,42 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
 
     # Driving the core
 
+    def _watch(self, monitor: zmq.Socket[bytes]) -> None:
+        """Read the current DEALER's monitor from now on; its connection is not up yet."""
+        self._monitor = ZmqSocket(self._reactor, monitor, self._monitored)
+        self._monitor.startReading()
+        self._linked = False
+
+    def _unwatch(self) -> None:
+        """Stop the current DEALER's monitor (before the DEALER closes)."""
+        if self._monitor is not None:
+            unwatch(self._socket.socket)
+            self._monitor.close()
+            self._monitor = None
+
+    def _monitored(self, batch: Batch) -> None:
+        monitor = self._monitor
+        for frames in batch:
+            if self._monitor is not monitor:
+                break  # the client moved to another endpoint: the rest is the old one's
+            change = link_change(frames)
+            if change is LinkChange.MADE:
+                self._linked = True
+                self._core.connection_made()
+            elif change is LinkChange.LOST:
+                self._linked = False
+                socket = self._socket
+                socket.doRead()  # first what the broker said before it went
+                if self._socket is socket:
+                    self._core.connection_lost()
+        self._reschedule()
+
     def _received(self, batch: Batch) -> None:
         receive = self._core.receive
+        socket = self._socket
         for frames in batch:
+            if self._socket is not socket:
+                break  # the client moved to another endpoint: the rest is from the old one
             receive(frames)
         self._reschedule()
 
@@ -263,6 +370,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+        self._unwatch()
         self._socket.close()
         for queue in (self._deliveries, self._confirmations, self._gaps):
             waiting: list[Deferred[object]] = queue.waiting  # type: ignore[assignment]
