@@ -29,7 +29,10 @@ interface name or address), ``malamute/pack/beacon-port``,
 ``malamute/pack/beacon-interval``, ``malamute/pack/evasive`` and
 ``malamute/pack/expired`` (ms: ZRE's peer timers), ``malamute/pack/gossip-bind`` and
 ``malamute/pack/gossip-connect`` (repeatable), ``malamute/pack/peer-endpoint``
-and ``malamute/pack/broker-name``.
+and ``malamute/pack/broker-name``; the pair's (``docs/pair.md``):
+``malamute/pair/role`` (primary or backup), ``malamute/pair/bind``,
+``malamute/pair/connect``, ``malamute/pair/replication`` (sync or async),
+``malamute/pair/heartbeat`` (ms) and ``malamute/pair/misses``.
 
 Tests: ``tests/test_tap.py``.
 """
@@ -42,6 +45,7 @@ from pathlib import Path
 
 from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig, RetentionPolicy
+from malamute_pack.pair.machine import DEFAULT_HEARTBEAT, DEFAULT_MISSES
 
 DEFAULT_ENDPOINT = "ipc://@/malamute"
 DEFAULT_DATA_DIR = Path("malamute-data")
@@ -80,6 +84,28 @@ class PackSettings:
 
 
 @dataclass(frozen=True)
+class PairSettings:
+    """
+    The primary/backup pair this broker is one of (L{malamute_pack.pair}), if any.
+
+    @ivar role: C{"primary"} or C{"backup"}; None: no pair.
+    @ivar bind: the endpoint the partner's link connects to.
+    @ivar connect: the partner's C{bind} endpoint.
+    @ivar replication: C{"sync"} (an acknowledgement means the partner has
+        it too) or C{"async"}.
+    @ivar heartbeat_ms: how often the partners tell each other their state.
+    @ivar misses: heartbeats missed before the partner counts as gone.
+    """
+
+    role: str | None = None
+    bind: str | None = None
+    connect: str | None = None
+    replication: str = "sync"
+    heartbeat_ms: int = round(DEFAULT_HEARTBEAT * 1000)
+    misses: int = DEFAULT_MISSES
+
+
+@dataclass(frozen=True)
 class Settings:
     endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
     timeout_ms: int = 10_000
@@ -94,6 +120,7 @@ class Settings:
     journal: bool = True
     journal_config: JournalConfig = field(default_factory=JournalConfig)
     pack: PackSettings = field(default_factory=PackSettings)
+    pair: PairSettings = field(default_factory=PairSettings)
 
     @property
     def journal_path(self) -> Path:
@@ -178,6 +205,7 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
         changes["journal"] = _int("malamute/journal/enabled", value) != 0
     changes["journal_config"] = _journal_config(config, base.journal_config)
     changes["pack"] = _pack(config, base.pack)
+    changes["pair"] = _pair(config, base.pair)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -202,6 +230,17 @@ def _pack(config: dict[str, list[str]], base: PackSettings) -> PackSettings:
     for key, name in (("gossip-bind", "gossip_bind"), ("gossip-connect", "gossip_connect")):
         if values := config.get(f"malamute/pack/{key}"):
             changes[name] = tuple(values)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _pair(config: dict[str, list[str]], base: PairSettings) -> PairSettings:
+    changes: dict[str, object] = {}
+    for key in ("role", "bind", "connect", "replication"):
+        if values := config.get(f"malamute/pair/{key}"):
+            changes[key] = values[-1]
+    for key, name in (("heartbeat", "heartbeat_ms"), ("misses", "misses")):
+        if values := config.get(f"malamute/pair/{key}"):
+            changes[name] = _int(f"malamute/pair/{key}", values[-1])
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -278,7 +317,27 @@ def check(settings: Settings) -> Settings:
     if not settings.endpoints:
         raise SettingsError("no endpoint to bind")
     _check_pack(settings.pack)
+    _check_pair(settings)
     return settings
+
+
+def _check_pair(settings: Settings) -> None:
+    pair = settings.pair
+    if pair.role is None:
+        return
+    if pair.role not in ("primary", "backup"):
+        raise SettingsError(f"the pair role must be primary or backup: {pair.role!r}")
+    if not pair.bind or not pair.connect:
+        raise SettingsError(
+            "a pair needs its link's endpoints: --pair-bind (this broker's) and"
+            " --pair-connect (its partner's)"
+        )
+    if pair.replication not in ("sync", "async"):
+        raise SettingsError(f"pair replication must be sync or async: {pair.replication!r}")
+    if not settings.journal:
+        raise SettingsError("a pair replicates the journal: it cannot run with --no-journal")
+    if pair.heartbeat_ms < 10 or pair.misses < 1:
+        raise SettingsError("the pair's heartbeat must be at least 10 ms, and misses at least 1")
 
 
 def _check_pack(pack: PackSettings) -> None:

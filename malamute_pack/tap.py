@@ -14,7 +14,11 @@ ROUTER socket per security mechanism the endpoints require, whose
 sessions feed the model,
 behind a read gate the journal's backlog closes
 (L{malamute_pack.transport.gate}), and, with ``--pack``, the pack
-(L{malamute_pack.pack.service}). They stop in the reverse order.
+(L{malamute_pack.pack.service}). With ``--pair``, the pair
+(L{malamute_pack.pair.service}) starts last: the journal's letters go to
+the model only when this broker becomes active, the clients' messages pass
+its gate, and the pack runs only while it is active. They stop in the
+reverse order.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
 
@@ -41,6 +45,7 @@ from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
 from malamute_pack.pack.beacon import resolve_interface
 from malamute_pack.pack.service import PackService
+from malamute_pack.pair.service import PairService
 from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
 from malamute_pack.transport.gate import Pausable, ReadGate
 from malamute_pack.transport.router import RouterService
@@ -99,6 +104,16 @@ class Options(usage.Options):
             "TCP endpoint peer brokers reach this one at (default tcp://BEACON-ADDRESS:*).",
         ],
         ["broker-name", None, None, "This broker's name in the pack (default: the host name)."],
+        ["pair", None, None, "Run as the primary or the backup of a pair (docs/pair.md)."],
+        ["pair-bind", None, None, "The pair link's endpoint here (tcp://ADDRESS:PORT)."],
+        ["pair-connect", None, None, "The partner's pair link endpoint."],
+        [
+            "pair-replication",
+            None,
+            None,
+            "sync (default: acknowledged means on both brokers) or async.",
+        ],
+        ["pair-heartbeat", None, None, "Pair heartbeat interval in ms (default 500).", int],
     ]
     optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
         ["no-journal", None, "Keep nothing on disk: no stream replay, no durable mail."],
@@ -163,6 +178,21 @@ class Options(usage.Options):
         if self["no-journal"]:
             result = dataclasses.replace(result, journal=False)
         result = dataclasses.replace(result, pack=self.pack_settings(result.pack))
+        pair: dict[str, object] = {}
+        for option, name in (
+            ("pair", "role"),
+            ("pair-bind", "bind"),
+            ("pair-connect", "connect"),
+            ("pair-replication", "replication"),
+            ("pair-heartbeat", "heartbeat_ms"),
+        ):
+            if self[option] is not None:
+                pair[name] = self[option]
+        if pair:
+            result = dataclasses.replace(
+                result,
+                pair=dataclasses.replace(result.pair, **pair),  # type: ignore[arg-type]
+            )
         return _settings.check(result)
 
     def pack_settings(self, base: _settings.PackSettings) -> _settings.PackSettings:
@@ -246,9 +276,25 @@ def makeBrokerService(
         ),
         journal,
     )
+    pair: PairService | None = None
+    if settings.pair.role is not None:
+        assert journal is not None  # settings.check refuses a pair without one
+        pair = PairService(
+            reactor,
+            context,
+            settings.pair,
+            journal,
+            broker,
+            lambda found: _restore(broker, found),
+            data_dir=settings.data_dir,
+        )
+        pair.setName("pair")
     if journal is not None:
-        # Started first: letters are back in their queues before clients come.
-        opener = JournalService(journal, lambda found: _restore(broker, found))
+        # Started first: letters are back in their queues before clients come
+        # (in a pair, once this broker is the active one).
+        opener = JournalService(
+            journal, pair.recovered if pair is not None else lambda found: _restore(broker, found)
+        )
         opener.setName("journal")
         opener.setServiceParent(top)
     model = BrokerService(broker)
@@ -263,7 +309,13 @@ def makeBrokerService(
         except CurveError as e:
             raise usage.UsageError(str(e)) from e
         router = RouterService(
-            reactor, context, broker, settings.limits, endpoints, mechanism, secret
+            reactor,
+            context,
+            pair.gate if pair is not None else broker,
+            settings.limits,
+            endpoints,
+            mechanism,
+            secret,
         )
         # The first is "router"; one more socket per other security.
         router.setName("router" if not routers else f"router-{mechanism}")
@@ -279,8 +331,14 @@ def makeBrokerService(
         # Last to start, first to stop: peers hear GOODBYE while the broker runs.
         pack = PackService(reactor, context, broker, journal, settings.pack, settings.data_dir)
         pack.setName("pack")
-        pack.setServiceParent(top)
+        if pair is None:
+            pack.setServiceParent(top)
+        else:
+            pair.add_active_service(pack)  # a passive broker is not in the pack
         readers.append(pack)
+    if pair is not None:
+        pair.setServiceParent(top)
+        readers.append(pair)
     if journal is not None:
         # A journal that falls behind stops the broker reading from its
         # clients and peers (their sends wait in ZeroMQ and TCP) until it

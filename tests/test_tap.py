@@ -102,6 +102,43 @@ class OptionsTests(SynchronousTestCase):
         self.assertFalse(parse("--no-journal").journal)
         self.assertEqual(settings.journal_path, Path("malamute-data/journal.sqlite"))
 
+    def test_pairOptions(self) -> None:
+        """
+        --pair and its endpoints, replication and heartbeat are taken, the
+        config file's malamute/pair keys too, options winning.
+        """
+        config = Path(self.mktemp())
+        config.write_text(
+            "malamute\n    pair\n        role = backup\n        bind = tcp://10.0.0.2:9998\n"
+            "        connect = tcp://10.0.0.1:9998\n        replication = async\n"
+            "        heartbeat = 250\n        misses = 4\n"
+        )
+        pair = parse("--config", str(config)).pair
+        self.assertEqual(
+            (pair.role, pair.bind, pair.connect, pair.replication, pair.heartbeat_ms, pair.misses),
+            ("backup", "tcp://10.0.0.2:9998", "tcp://10.0.0.1:9998", "async", 250, 4),
+        )
+        pair = parse(
+            "--config", str(config), "--pair", "primary", "--pair-replication", "sync",
+            "--pair-heartbeat", "500",
+        ).pair  # fmt: skip
+        self.assertEqual((pair.role, pair.replication, pair.heartbeat_ms), ("primary", "sync", 500))
+        self.assertIsNone(parse().pair.role)
+
+    def test_badPairSettings(self) -> None:
+        """A pair that cannot work is a usage error that says why."""
+        link = ["--pair-bind", "tcp://a:1", "--pair-connect", "tcp://b:1"]
+        for args, fragment in [
+            (["--pair", "leader", *link], "primary or backup"),
+            (["--pair", "primary"], "--pair-bind"),
+            (["--pair", "primary", "--pair-replication", "maybe", *link], "sync or async"),
+            (["--pair", "primary", "--no-journal", *link], "--no-journal"),
+            (["--pair", "primary", "--pair-heartbeat", "1", *link], "at least 10 ms"),
+        ]:
+            with self.assertRaises(usage.UsageError) as ctx:
+                parse(*args)
+            self.assertIn(fragment, str(ctx.exception))
+
     def test_badSettings(self) -> None:
         """Inconsistent or unknown settings are usage errors that say why."""
         config = Path(self.mktemp())

@@ -12,6 +12,13 @@ records run on a reader thread with its own connection (WAL lets it read
 while the writer writes). Retention runs as a ``LoopingCall`` that hands
 each prune to the writer thread.
 
+A broker of a primary/backup pair (:mod:`malamute_pack.pair`) sees every
+batch of writes handed to the writer (``shipper``, with its position in
+the order of writes) to send to its partner, and may have the journal hold
+each batch's outcome (callbacks, the durability of stream records) until
+the partner says it has it too (``hold_for_replica``, ``replica_acked``);
+the partner applies what it receives with :meth:`Journal.apply`.
+
 A record that alone cannot be written fails alone: a letter's
 ``on_durable`` gets its own JournalError (``record_refused``), a stream
 record is dropped; each is counted (:class:`JournalCounters`) and logged,
@@ -67,6 +74,7 @@ from malamute_pack.journal.writer import (
     Barrier,
     BatchOutcome,
     DurableCallback,
+    Execute,
     JournalWriter,
     Prune,
     PruneOutcome,
@@ -123,6 +131,18 @@ class Recovered:
     queued: list[QueuedRecord]
     # The idempotent appends' keys remembered, oldest first.
     appends: list[AppendKey] = field(default_factory=list)
+    # Per stream the last sequence number stored, and the last letter id,
+    # before a crash's or a takeover's skip.
+    lasts: dict[str, int] = field(default_factory=dict)
+    last_id: int = 0
+    # The pair_state table (malamute_pack.pair).
+    pair: dict[str, str] = field(default_factory=dict)
+
+
+# What a pair's active hands its shipper: the position (in the order of
+# writes, from 1) of the first operation, and the operations.
+Shipper = Callable[[int, list[WriteOp]], None]
+Rows = list[tuple[Any, ...]]
 
 
 class Journal:
@@ -176,6 +196,18 @@ class Journal:
         self._read_pool: ThreadPool | None = None
         self._prune_loop: LoopingCall | None = None
         self._pruning = False
+        self.shipper: Shipper | None = None
+        self._reset_positions()
+
+    def _reset_positions(self) -> None:
+        # Operations handed to the writer and reported back, counted from 1
+        # since open: positions the shipper and the partner's acks use.
+        self._handed = 0
+        self._reported = 0
+        self._hold = False
+        self._replica_position = 0
+        # Outcomes held for the partner: (position of the batch's last op, outcome).
+        self._held: deque[tuple[int, BatchOutcome]] = deque()
 
     @property
     def path(self) -> Path:
@@ -206,10 +238,40 @@ class Journal:
         self._backlog_limit = limit
         self._on_backlog = callback
 
-    def open(self) -> Recovered:
+    @property
+    def handed(self) -> int:
+        """Position of the last operation handed to the writer (0 before any)."""
+        return self._handed
+
+    def hold_for_replica(self, hold: bool) -> None:
+        """
+        With C{hold}, each batch's outcome (its callbacks, its stream
+        records becoming durable) waits until L{replica_acked} passes its
+        last operation; without, whatever waits is let go at once (the
+        partner is gone: the broker goes on alone).
+        """
+        self._hold = hold
+        if not hold:
+            self._release(self._reported)
+
+    def replica_acked(self, position: int) -> None:
+        """The partner has every operation up to C{position} on its disk."""
+        if position > self._replica_position:
+            self._replica_position = position
+            self._release(position)
+
+    def _release(self, position: int) -> None:
+        held = self._held
+        while held and held[0][0] <= position:
+            self._finish_batch(held.popleft()[1])
+
+    def open(self, *, takeover: bool = False) -> Recovered:
         """
         Create or migrate the database, recover its state and start the
-        writer and reader threads. Blocks: call it once, at startup.
+        writer and reader threads. Blocks: call it at startup (or again
+        after L{close}). With C{takeover} (a pair's passive becoming
+        active), numbering jumps past what the old active may have handed
+        out, as after a crash.
         """
         if self._writer is not None:
             raise JournalError(f"journal {self._path} is already open")
@@ -222,7 +284,7 @@ class Journal:
             conn.execute("PRAGMA busy_timeout = 10000")
             migrate(conn)
             self._check_identity(conn, expected)
-            recovered = self._recover(conn)
+            recovered = self._recover(conn, takeover)
             reader = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             reader.execute("PRAGMA busy_timeout = 10000")
             reader.execute("PRAGMA query_only = ON")
@@ -234,6 +296,14 @@ class Journal:
                 raise
             raise JournalError.wrap(exc, self._path, "opening") from exc
         self._reader = reader
+        self._tails = {}
+        self._pending = 0
+        self._backlog_bytes = 0
+        self._backlog_shares.clear()
+        if self._backlog_over and self._on_backlog is not None:
+            self._on_backlog(False)  # opened again: nothing is behind
+        self._backlog_over = False
+        self._reset_positions()
         self._read_pool = ThreadPool(minthreads=1, maxthreads=1, name="journal-reader")
         self._read_pool.start()
         self._writer = JournalWriter(
@@ -275,25 +345,17 @@ class Journal:
                 write_marker(self._marker, Marker(str(self._path.resolve()), identity, created))
         self.identity = identity
 
-    def _recover(self, conn: sqlite3.Connection) -> Recovered:
+    def _recover(self, conn: sqlite3.Connection, takeover: bool = False) -> Recovered:
         streams: dict[str, tuple[int, int]] = {}
         for stream, last_seq in conn.execute("SELECT stream, last_seq FROM streams").fetchall():
             (first,) = conn.execute(
                 "SELECT min(seq) FROM stream_messages WHERE stream = ?", (stream,)
             ).fetchone()
             streams[stream] = (first if first is not None else last_seq + 1, last_seq)
-        rows = conn.execute(
-            "SELECT id, kind, address, sender, subject, tracker, deadline, created, content,"
-            " relay_origin, relay_id FROM queued_messages ORDER BY id"
-        )
-        queued: list[QueuedRecord] = []
-        for rid, kind, address, sender, subject, tracker, deadline, created, blob, *relay in rows:
-            frames = decode_frames(blob)
-            queued.append(
-                QueuedRecord(
-                    rid, kind, address, sender, subject, tracker, deadline, created, frames, *relay
-                )
-            )
+        queued = [
+            _queued_record(row)
+            for row in conn.execute(f"SELECT {_QUEUED_COLUMNS} FROM queued_messages ORDER BY id")
+        ]
         row = conn.execute(
             "SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)
         ).fetchone()
@@ -301,7 +363,9 @@ class Journal:
         crashed = conn.execute(
             "SELECT value FROM journal_counters WHERE name = ?", (RUNNING,)
         ).fetchone() not in (None, (0,))
-        if crashed:
+        lasts = {stream: last for stream, (_, last) in streams.items()}
+        before_skip = last_id
+        if crashed or takeover:
             # Numbers handed out before the crash but never committed (live
             # deliveries, ids of letters being written) must not come again:
             # jump past them. Readers see the hole; nothing is reused.
@@ -318,11 +382,12 @@ class Journal:
                 "SELECT stream, key, first_seq, last_seq FROM stream_appends ORDER BY created"
             )
         ]
+        pair = dict(conn.execute("SELECT name, value FROM pair_state").fetchall())
         self.crashed = crashed
         self._next_seq = {stream: last + 1 for stream, (_, last) in streams.items()}
         self._first_seq = {stream: first for stream, (first, _) in streams.items()}
         self._next_id = last_id + 1
-        return Recovered(streams, queued, appends)
+        return Recovered(streams, queued, appends, lasts, before_skip, pair)
 
     def close(self) -> Deferred[None]:
         """Write everything queued, then stop the threads and close the database."""
@@ -337,6 +402,8 @@ class Journal:
 
         def close_reader(_: None) -> Deferred[None]:
             writer.join()
+            # Closing: what waited for the partner is let go (it is on disk here).
+            self.hold_for_replica(False)
             reader, pool = self._reader, self._read_pool
             assert reader is not None and pool is not None
             self._reader = self._read_pool = None
@@ -640,6 +707,141 @@ class Journal:
         self._pending += 1
         self._submit(writer, QueuedRemove(record_id))
 
+    def apply(self, ops: Sequence[WriteOp]) -> None:
+        """
+        Write C{ops} as they are: a pair's passive applying what its
+        active wrote (sequence numbers and ids already assigned there).
+        The counters follow, so nothing here is numbered again.
+        """
+        writer = self._open_writer()
+        next_seq = self._next_seq
+        first_seq = self._first_seq
+        for op in ops:
+            kind = type(op)
+            if kind is tuple:
+                row = cast(StreamRow, op)
+                stream, seq = row[0], row[1]
+                if seq >= next_seq.get(stream, 1):
+                    next_seq[stream] = seq + 1
+                first_seq.setdefault(stream, seq)
+            elif kind is QueuedStore:
+                store = cast(QueuedStore, op)
+                self._next_id = max(self._next_id, store.record.id + 1)
+                self._outbox_stores[store.record.id] = store
+            elif kind is StreamAppend:
+                append = cast(StreamAppend, op)
+                stream, last = append.key[0], append.key[3]
+                next_seq[stream] = max(next_seq.get(stream, 1), last + 1)
+                first_seq.setdefault(stream, append.key[2])
+            elif kind is QueuedRemove:
+                stored = self._outbox_stores.pop(cast(QueuedRemove, op).record_id, None)
+                if stored is not None:
+                    stored.cancelled = True
+                    self._pending -= 1
+                    continue
+            self._pending += 1
+            self._submit(writer, op)
+
+    def execute(
+        self,
+        statements: Sequence[tuple[str, tuple[Any, ...]]],
+        queries: Sequence[tuple[str, tuple[Any, ...]]] = (),
+    ) -> Deferred[list[Rows]]:
+        """
+        Run C{statements}, then C{queries}, in one transaction once
+        everything queued before has been written; fires with each query's
+        rows, or fails with the JournalError (nothing of it written).
+        """
+        writer = self._open_writer()
+        self._hand_over()
+        result: Deferred[list[Rows]] = Deferred()
+
+        def done(error: JournalError | None, rows: list[Rows]) -> None:
+            if error is not None:
+                self._report(error)
+                result.errback(error)
+            else:
+                result.callback(rows)
+
+        writer.submit(Execute(list(statements), list(queries), done))
+        return result
+
+    def note_counters(self, lasts: dict[str, int], last_id: int) -> None:
+        """
+        Numbers the partner has handed out: never hand them out here (a
+        pair's passive keeps its counters at least at its active's).
+        """
+        for stream, last in lasts.items():
+            if last >= self._next_seq.get(stream, 1):
+                self._next_seq[stream] = last + 1
+        self._next_id = max(self._next_id, last_id + 1)
+
+    def truncated(self, stream: str, last: int) -> None:
+        """C{stream} now ends at C{last} (a replica cut back to its active's history)."""
+        self._next_seq[stream] = last + 1
+        self._first_seq[stream] = min(self._first_seq.get(stream, last + 1), last + 1)
+
+    def read_stream_rows(
+        self, stream: str, from_seq: int, to_seq: int, limit: int
+    ) -> Deferred[list[StreamRow]]:
+        """
+        The committed rows of C{stream} with C{from_seq <= seq <= to_seq},
+        in order, up to C{limit}, as the writer inserts them (for a pair's
+        partner catching up).
+        """
+        if limit <= 0 or from_seq > to_seq:
+            return succeed([])
+        return self._read(self._select_full_rows, stream, from_seq, to_seq, limit)
+
+    def read_queued(self, ids: Sequence[int]) -> Deferred[list[QueuedRecord]]:
+        """The queued records among C{ids} still stored, in id order."""
+        if not ids:
+            return succeed([])
+        return self._read(self._select_queued, list(ids))
+
+    def read_append_keys(
+        self, stream: str, from_seq: int, to_seq: int
+    ) -> Deferred[list[tuple[str, str, int, int, float]]]:
+        """The append keys of C{stream} whose last record is in [from_seq, to_seq]."""
+        return self._read(self._select_append_keys, stream, from_seq, to_seq)
+
+    # Run on the reader thread.
+    def _select_full_rows(
+        self, stream: str, from_seq: int, to_seq: int, limit: int
+    ) -> list[StreamRow]:
+        assert self._reader is not None
+        rows = self._reader.execute(
+            "SELECT stream, seq, ts, sender, subject, content, bytes, origin, origin_seq "
+            "FROM stream_messages WHERE stream = ? AND seq >= ? AND seq <= ? "
+            "ORDER BY seq LIMIT ?",
+            (stream, from_seq, to_seq, limit),
+        ).fetchall()
+        return cast(list[StreamRow], rows)
+
+    def _select_queued(self, ids: list[int]) -> list[QueuedRecord]:
+        assert self._reader is not None
+        found: list[QueuedRecord] = []
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows = self._reader.execute(
+                f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE id IN ({marks}) ORDER BY id",
+                part,
+            )
+            found.extend(map(_queued_record, rows))
+        return found
+
+    def _select_append_keys(
+        self, stream: str, from_seq: int, to_seq: int
+    ) -> list[tuple[str, str, int, int, float]]:
+        assert self._reader is not None
+        rows = self._reader.execute(
+            "SELECT stream, key, first_seq, last_seq, created FROM stream_appends "
+            "WHERE stream = ? AND last_seq >= ? AND last_seq <= ?",
+            (stream, from_seq, to_seq),
+        ).fetchall()
+        return cast(list[tuple[str, str, int, int, float]], rows)
+
     def _submit(self, writer: JournalWriter, op: WriteOp) -> None:
         """Queue C{op}; the writer gets a reactor turn's operations at once."""
         self._outbox.append(op)
@@ -672,6 +874,10 @@ class Journal:
             added += share
         if kept and self._writer is not None:
             self._writer.submit(kept)
+            first = self._handed + 1
+            self._handed += len(kept)
+            if self.shipper is not None:
+                self.shipper(first, kept)
             self._backlog_bytes += added
             watcher = self._on_backlog
             if watcher and not self._backlog_over and self._backlog_bytes > self._backlog_limit:
@@ -728,6 +934,13 @@ class Journal:
     # Reports from the writer thread, run in the reactor thread.
 
     def _batch_done(self, outcome: BatchOutcome) -> None:
+        self._reported += outcome.operations
+        if self._hold and (self._held or self._replica_position < self._reported):
+            self._held.append((self._reported, outcome))
+            return
+        self._finish_batch(outcome)
+
+    def _finish_batch(self, outcome: BatchOutcome) -> None:
         self._pending -= outcome.operations
         self._drain_backlog(outcome.operations)
         for stream, last in outcome.stream_last.items():
@@ -837,6 +1050,22 @@ def _committed_origin_marks(conn: sqlite3.Connection) -> dict[tuple[str, str], i
     finally:
         conn.execute("COMMIT")
     return marks
+
+
+# A queued record's columns, in the order of QueuedRecord's fields.
+_QUEUED_COLUMNS = (
+    "id, kind, address, sender, subject, tracker, deadline, created, content,"
+    " relay_origin, relay_id"
+)
+
+
+def _queued_record(row: tuple[Any, ...]) -> QueuedRecord:
+    """The queued record a row of L{_QUEUED_COLUMNS} holds."""
+    rid, kind, address, sender, subject, tracker, deadline, created, blob, *relay = row
+    frames = decode_frames(blob)
+    return QueuedRecord(
+        rid, kind, address, sender, subject, tracker, deadline, created, frames, *relay
+    )
 
 
 def _merge_tail(

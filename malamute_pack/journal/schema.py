@@ -33,6 +33,9 @@ Tables:
 - ``stream_appends``: the key of every idempotent append (STREAM_APPEND,
   ``docs/protocol.md``) the broker still remembers, with the sequence
   numbers its records got, written in the same transaction as they are.
+- ``pair_state``: named values of a broker in a primary/backup pair
+  (:mod:`malamute_pack.pair`): the epoch this journal follows or leads,
+  its leader, and where the last takeover began (JSON).
 - ``address_owners``: which authenticated user owns each address (the
   first to open it, :class:`malamute_pack.broker.access.Owners`), written
   and read by :mod:`malamute_pack.journal.owners`.
@@ -158,6 +161,14 @@ def _add_stream_appends(db: Database) -> None:
     )
 
 
+def _add_pair_state(db: Database) -> None:
+    # What a broker of a pair knows of the history its journal follows
+    # (malamute_pack.pair.replication): kept with the data it describes.
+    db.table("pair_state").create(
+        {"name": str, "value": str}, pk="name", not_null={"value"}, strict=True
+    )
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
@@ -165,6 +176,7 @@ MIGRATIONS: Final[Sequence[Migration]] = (
     _add_stream_origin,
     _add_queued_relay,
     _add_stream_appends,
+    _add_pair_state,
 )
 
 

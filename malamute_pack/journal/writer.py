@@ -220,6 +220,22 @@ class Barrier:
 
 
 @dataclass(slots=True)
+class Execute:
+    """
+    Once every operation queued before this one is written, run
+    ``statements`` (SQL, parameters) and then ``queries`` in one
+    transaction; ``done`` gets None and each query's rows, or the error
+    (nothing of it written). Used where the order of changes matters
+    beyond what a batch keeps: a replica's truncation before the records
+    that follow it, a snapshot at an exact point of the writes.
+    """
+
+    statements: list[tuple[str, tuple[Any, ...]]]
+    queries: list[tuple[str, tuple[Any, ...]]]
+    done: Callable[[JournalError | None, list[list[tuple[Any, ...]]]], None]
+
+
+@dataclass(slots=True)
 class Stop:
     """Write everything queued before this, close the connection, call ``done``."""
 
@@ -228,7 +244,7 @@ class Stop:
 
 # A stream message is queued as the row the writer inserts (records.StreamRow).
 WriteOp: TypeAlias = StreamRow | QueuedStore | QueuedRemove | StreamAppend
-Operation: TypeAlias = WriteOp | Prune | Barrier | Stop
+Operation: TypeAlias = WriteOp | Prune | Barrier | Execute | Stop
 # What the writer's queue carries: one operation, or a reactor turn's writes.
 Submission: TypeAlias = Operation | list[WriteOp]
 
@@ -367,8 +383,8 @@ class JournalWriter:
                     continue
             else:
                 op = get()
-            control: Prune | Barrier | Stop | None = None
-            if isinstance(op, Prune | Barrier | Stop):
+            control: Prune | Barrier | Execute | Stop | None = None
+            if isinstance(op, Prune | Barrier | Execute | Stop):
                 control = op
             else:
                 batch: list[WriteOp] = [op]
@@ -379,7 +395,7 @@ class JournalWriter:
                         op = get(timeout=remaining) if remaining > 0 else get(block=False)
                     except queue.Empty:
                         break
-                    if isinstance(op, Prune | Barrier | Stop):
+                    if isinstance(op, Prune | Barrier | Execute | Stop):
                         control = op
                         break
                     batch.append(op)
@@ -387,13 +403,16 @@ class JournalWriter:
             if control is not None and self._control(control):
                 return
 
-    def _control(self, op: Prune | Barrier | Stop) -> bool:
+    def _control(self, op: Prune | Barrier | Execute | Stop) -> bool:
         """Act on a control operation; True when the thread must end."""
         if isinstance(op, Prune):
             self._prune_jobs.append(_PruneJob(op))
             return False
         if isinstance(op, Barrier):
             self._call_from_thread(op.done)
+            return False
+        if isinstance(op, Execute):
+            self._execute(op)
             return False
         # Prunes still under way stop where they are: retention is not durability.
         while self._prune_jobs:
@@ -407,6 +426,23 @@ class JournalWriter:
         self._conn.close()
         self._call_from_thread(op.done)
         return True
+
+    def _execute(self, op: Execute) -> None:
+        results: list[list[tuple[Any, ...]]] = []
+        try:
+            self._set_synchronous(self._queue_level)
+            self._conn.execute("BEGIN")
+            for sql, parameters in op.statements:
+                self._conn.execute(sql, parameters)
+            for sql, parameters in op.queries:
+                results.append(self._conn.execute(sql, parameters).fetchall())
+            self._conn.execute("COMMIT")
+        except Exception as exc:
+            self._rollback()
+            error = JournalError.wrap(exc, self._path, "running statements")
+            self._call_from_thread(op.done, error, [])
+            return
+        self._call_from_thread(op.done, None, results)
 
     def _set_synchronous(self, level: int) -> None:
         # Outside any transaction: SQLite ignores the pragma inside one.

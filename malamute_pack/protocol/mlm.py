@@ -32,6 +32,8 @@ FAILED: Final = 300
 COMMAND_INVALID: Final = 500
 NOT_IMPLEMENTED: Final = 501
 INTERNAL_ERROR: Final = 502
+# A broker of a pair that is not the active one (docs/pair.md): try its partner.
+NOT_ACTIVE: Final = 503
 
 
 class MalformedMessage(ValueError):

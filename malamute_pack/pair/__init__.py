@@ -1,0 +1,5 @@
+"""
+The primary/backup pair: Binary Star failover and journal replication.
+
+Tests: ``tests/test_pair_machine.py``.
+"""

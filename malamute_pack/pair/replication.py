@@ -1,0 +1,636 @@
+"""
+Journal replication between the two brokers of a pair, with no sockets:
+the active's L{ReplicationSource} ships every batch of journal writes to
+its partner and catches a (re)joining partner up from its own journal;
+the passive's L{Replica} applies what arrives to its journal and says how
+far it has it on disk. Both speak through a C{send} callable (the pair
+link, L{malamute_pack.pair.link}) in the messages of
+L{malamute_pack.protocol.pair}.
+
+The protocol:
+
+1. The passive sends HELLO: the history (epoch) it follows, the last
+   sequence number it holds per stream, its letters' ids. Its epoch is
+   empty when it never finished a catch-up of its current history: it then
+   starts again from nothing.
+2. The active numbers a new link, hands its outbox to its writer, and from
+   the next write on ships every batch (SHIP, numbered by position in the
+   order of writes). Then, at exactly that point of the writes, it takes a
+   snapshot (streams' last numbers, letters' ids), and sends CATCHUP_BEGIN
+   (what the passive must cut: nothing when it follows this epoch; back to
+   the takeover point when it led the epoch before; everything when the
+   histories are unrelated), the records and letters the passive lacks
+   (ITEMS, at most L{ITEMS_WINDOW} unacknowledged), and CATCHUP_END.
+3. The passive applies SHIPs and ITEMS as they come (a letter removed by a
+   SHIP while its copy is still coming in ITEMS is not stored), ACKs the
+   last position and ITEMS it has on disk, and once CATCHUP_END's
+   position is on disk says CAUGHT_UP. From then on it is in sync: in
+   ``sync`` mode the active's journal holds each batch's outcome (STORED,
+   a stream record's durability) until its ACK.
+4. A SHIP out of order (a message lost when the link broke) or a new link
+   number in the active's heartbeat makes the passive say HELLO again.
+
+Tests: ``tests/test_pair_replication.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from malamute_pack.broker.store import QueuedRecord
+from malamute_pack.journal.journal import Journal
+from malamute_pack.journal.records import StreamRow
+from malamute_pack.journal.schema import QUEUED_LAST_ID
+from malamute_pack.journal.writer import QueuedRemove, QueuedStore, StreamAppend, WriteOp
+from malamute_pack.protocol import pair as wire
+
+_log = Logger()
+
+Send = Callable[[wire.PairMessage], bool]
+
+# Catch-up messages in flight before the passive acknowledges them.
+ITEMS_WINDOW: Final = 8
+# Records and letters per catch-up message.
+ITEMS_ROWS: Final = 1000
+ITEMS_LETTERS: Final = 200
+
+# pair_state names.
+EPOCH: Final = "epoch"
+LEADER: Final = "leader"
+PREVIOUS_EPOCH: Final = "previous_epoch"
+TAKEOVER: Final = "takeover"
+COMPLETE: Final = "complete"
+
+_SET_STATE: Final = (
+    "INSERT INTO pair_state (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+)
+_SET_LAST: Final = (
+    "INSERT INTO streams (stream, last_seq, message_count, total_bytes) VALUES (?, ?, 0, 0) "
+    "ON CONFLICT (stream) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
+)
+_SET_LAST_ID: Final = (
+    "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
+)
+
+
+def set_state(values: dict[str, str]) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements that record C{values} in pair_state."""
+    return [(_SET_STATE, (name, value)) for name, value in values.items()]
+
+
+@dataclass(slots=True)
+class History:
+    """
+    What a journal knows of the history it holds: the epoch it follows or
+    leads, the epoch before (the one its active took over from) and the
+    takeover point (the last sequence number per stream and the last letter
+    id it had from that epoch).
+    """
+
+    epoch: str = ""
+    previous: str = ""
+    streams: dict[str, int] = field(default_factory=dict)
+    last_id: int = 0
+
+    @classmethod
+    def from_state(cls, state: dict[str, str]) -> History:
+        takeover = json.loads(state.get(TAKEOVER, "{}"))
+        return cls(
+            state.get(EPOCH, ""),
+            state.get(PREVIOUS_EPOCH, ""),
+            {str(k): int(v) for k, v in takeover.get("streams", {}).items()},
+            int(takeover.get("last_id", 0)),
+        )
+
+    def state(self, leader: str) -> dict[str, str]:
+        takeover = {"streams": self.streams, "last_id": self.last_id}
+        return {
+            EPOCH: self.epoch,
+            LEADER: leader,
+            PREVIOUS_EPOCH: self.previous,
+            TAKEOVER: json.dumps(takeover),
+        }
+
+
+def _changes(ops: Sequence[WriteOp]) -> list[wire.Change]:
+    """The journal operations as the changes the link carries."""
+    changes: list[wire.Change] = []
+    for op in ops:
+        kind = type(op)
+        if kind is tuple:
+            changes.append(op)  # type: ignore[arg-type]
+        elif kind is QueuedStore:
+            changes.append(op.record)  # type: ignore[union-attr]
+        elif kind is QueuedRemove:
+            changes.append(wire.Removed(op.record_id))  # type: ignore[union-attr]
+        else:
+            assert isinstance(op, StreamAppend)
+            changes.append(wire.Appended(op.rows, op.key, op.forget))
+    return changes
+
+
+def _ignore(_: object) -> None:
+    """A replica's writes have nobody to tell."""
+
+
+def _operations(changes: Sequence[wire.Change]) -> list[WriteOp]:
+    """The journal operations that apply C{changes}."""
+    ops: list[WriteOp] = []
+    for change in changes:
+        if type(change) is tuple:
+            ops.append(change)
+        elif isinstance(change, QueuedRecord):
+            ops.append(QueuedStore(change, _ignore))
+        elif isinstance(change, wire.Removed):
+            ops.append(QueuedRemove(change.record_id))
+        elif isinstance(change, wire.Appended):
+            size = sum(row[6] for row in change.rows)
+            ops.append(StreamAppend(change.rows, change.key, change.forget, _ignore, size))
+        else:
+            assert isinstance(change, wire.AppendKey)
+            ops.append(StreamAppend([], change.key, [], _ignore, 0))
+    return ops
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """The active's side of replication, for logs and stats."""
+
+    catchups: int = 0
+    shipped: int = 0  # operations shipped
+    items_sent: int = 0
+    in_sync_since: float | None = None
+    resyncs: int = 0
+
+
+class ReplicationSource:
+    """
+    The active's end: ships C{journal}'s writes through C{send} and catches
+    a partner up. C{sync}: hold each write's outcome until the partner has
+    it (once the partner is in sync).
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        send: Send,
+        history: History,
+        *,
+        sync: bool = True,
+        seconds: Callable[[], float] | None = None,
+    ) -> None:
+        self._journal = journal
+        self._send = send
+        self.history = history
+        self.sync = sync
+        self._seconds = seconds or (lambda: 0.0)
+        self.stats = SourceStats()
+        self.link = 0  # 0: no partner following
+        self._from = 0  # first position shipped on this link
+        self._held_ships: list[wire.Ship] | None = None  # until CATCHUP_BEGIN is sent
+        self.in_sync = False
+        self._items_sent = 0
+        self._items_acked = 0
+        self._items_waiting: Deferred[None] | None = None
+        self.acked = 0
+        # The incarnation (process) of the partner the link serves.
+        self.partner_incarnation = ""
+        journal.shipper = self._ship
+
+    # What the partner says.
+
+    def receive(self, message: wire.PairMessage) -> None:
+        """A message from the passive partner (the others are not for this end)."""
+        if isinstance(message, wire.Hello):
+            self.hello(message)
+        elif isinstance(message, wire.Ack):
+            self.ack(message)
+        elif isinstance(message, wire.CaughtUp):
+            self.caught_up(message)
+
+    def hello(self, hello: wire.Hello) -> None:
+        """A partner (re)joins: start a new link and catch it up."""
+        self._drop_link()
+        self.partner_incarnation = hello.incarnation
+        self.stats.catchups += 1
+        # Handing the outbox over (execute does, first) must ship nothing:
+        # those writes are in the snapshot. The link starts after them.
+        snapshot = self._journal.execute(
+            [],
+            [
+                ("SELECT stream, last_seq FROM streams", ()),
+                ("SELECT id FROM queued_messages ORDER BY id", ()),
+                ("SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)),
+            ],
+        )
+        # Everything handed over so far is in the snapshot; what follows is shipped.
+        self._from = self._journal.handed + 1
+        base = self._from - 1
+        link = self.link = random.getrandbits(63) | 1
+        self._held_ships = []
+        snapshot.addCallback(self._begin, hello, link, base)
+        snapshot.addErrback(self._failed, link, "taking the snapshot for its catch-up")
+
+    def ack(self, ack: wire.Ack) -> None:
+        if ack.link != self.link or self.link == 0:
+            return
+        self.acked = max(self.acked, ack.position)
+        if self.in_sync and self.sync:
+            self._journal.replica_acked(ack.position)
+        self._items_acked = max(self._items_acked, ack.items)
+        waiting, self._items_waiting = self._items_waiting, None
+        if waiting is not None:
+            waiting.callback(None)
+
+    def caught_up(self, message: wire.CaughtUp) -> None:
+        if message.link != self.link or self.link == 0:
+            return
+        self.in_sync = True
+        self.stats.in_sync_since = self._seconds()
+        self.acked = max(self.acked, message.position)
+        if self.sync:
+            self._journal.replica_acked(message.position)
+            self._journal.hold_for_replica(True)
+        _log.info(
+            "pair: the partner is in sync (replication {mode})",
+            mode="sync" if self.sync else "async",
+        )
+
+    def partner_gone(self) -> None:
+        """The partner is silent: go on alone."""
+        if self.link and self.in_sync:
+            _log.warn("pair: the partner is gone; this broker goes on alone (not replicated)")
+        self._drop_link()
+
+    def _drop_link(self) -> None:
+        self.link = 0
+        self.in_sync = False
+        self.stats.in_sync_since = None
+        self._held_ships = None
+        self._journal.hold_for_replica(False)
+        waiting, self._items_waiting = self._items_waiting, None
+        if waiting is not None:
+            waiting.callback(None)
+
+    @property
+    def lag(self) -> int:
+        """Operations written here and not yet acknowledged by the partner."""
+        return max(0, self._journal.handed - self.acked) if self.link else 0
+
+    # Shipping.
+
+    def _ship(self, first: int, ops: list[WriteOp]) -> None:
+        if self.link == 0 or first < self._from:
+            return
+        ship = wire.Ship(self.link, first, _changes(ops))
+        self.stats.shipped += len(ops)
+        if self._held_ships is not None:
+            self._held_ships.append(ship)
+            return
+        if not self._send(ship):
+            self._lost("its link's queue is full")
+
+    def _lost(self, why: str) -> None:
+        _log.warn("pair: replication to the partner broke ({why}); it will catch up", why=why)
+        self.stats.resyncs += 1
+        self._drop_link()
+
+    def _failed(self, failure: Failure, link: int, doing: str) -> None:
+        _log.error("pair: {doing} failed: {error}", doing=doing, error=failure.value)
+        if link == self.link:
+            self._lost(doing)
+
+    # Catch-up.
+
+    def _begin(
+        self, snapshot: list[list[tuple[Any, ...]]], hello: wire.Hello, link: int, base: int
+    ) -> Deferred[None] | None:
+        if link != self.link:
+            return None
+        lasts = {str(stream): int(last) for stream, last in snapshot[0]}
+        ids = [int(row[0]) for row in snapshot[1]]
+        last_id = int(snapshot[2][0][0]) if snapshot[2] else 0
+        if ids:
+            last_id = max(last_id, ids[-1])
+        history = self.history
+        held = set(hello.letters)
+        if hello.epoch and hello.epoch == history.epoch:
+            mode, truncate, truncate_id = wire.INCREMENTAL, {}, 0
+            starts = dict(hello.streams)
+        elif hello.epoch and hello.epoch == history.previous:
+            mode = wire.TRUNCATE
+            truncate = {s: min(p, history.streams.get(s, 0)) for s, p in hello.streams.items()}
+            truncate_id = history.last_id
+            held = {i for i in held if i <= truncate_id}
+            starts = truncate
+        else:
+            mode, truncate, truncate_id, starts = wire.FULL, {}, 0, {}
+            held = set()
+        active_ids = set(ids)
+        delete = sorted(set(hello.letters) - active_ids) if mode != wire.FULL else []
+        missing = [i for i in ids if i not in held]
+        begin = wire.CatchupBegin(
+            link, base, mode, history.epoch, truncate, truncate_id, lasts, last_id, delete
+        )
+        if not self._send(begin):
+            self._lost("its link's queue is full")
+            return None
+        ships, self._held_ships = self._held_ships or [], None
+        for ship in ships:
+            if not self._send(ship):
+                self._lost("its link's queue is full")
+                return None
+        self._items_sent = self._items_acked = 0
+        work = self._send_items(link, lasts, starts, missing)
+        return work.addErrback(self._failed, link, "catching the partner up")
+
+    async def _items(self, link: int, changes: list[wire.Change]) -> bool:
+        """Send one ITEMS message once the window allows; False if the link is gone."""
+        while self.link == link and self._items_sent - self._items_acked >= ITEMS_WINDOW:
+            self._items_waiting = Deferred()
+            await self._items_waiting
+        if self.link != link:
+            return False
+        if not self._send(wire.Items(link, changes)):
+            self._lost("its link's queue is full")
+            return False
+        self._items_sent += 1
+        self.stats.items_sent += 1
+        return True
+
+    def _send_items(
+        self, link: int, lasts: dict[str, int], starts: dict[str, int], missing: list[int]
+    ) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._catch_up(link, lasts, starts, missing))
+
+    async def _catch_up(
+        self, link: int, lasts: dict[str, int], starts: dict[str, int], missing: list[int]
+    ) -> None:
+        journal = self._journal
+        for stream, last in lasts.items():
+            position = starts.get(stream, 0) + 1
+            keys = await journal.read_append_keys(stream, position, last)
+            while position <= last:
+                rows: list[StreamRow] = await journal.read_stream_rows(
+                    stream, position, last, ITEMS_ROWS
+                )
+                if not rows:
+                    break
+                if not await self._items(link, list(rows)):
+                    return
+                position = rows[-1][1] + 1
+            if keys and not await self._items(link, [wire.AppendKey(key) for key in keys]):
+                return
+        for start in range(0, len(missing), ITEMS_LETTERS):
+            letters = await journal.read_queued(missing[start : start + ITEMS_LETTERS])
+            if letters and not await self._items(link, list(letters)):
+                return
+        if self.link == link:
+            self._send(wire.CatchupEnd(link, self._journal.handed))
+
+
+@dataclass(slots=True)
+class ReplicaStats:
+    """The passive's side of replication, for logs and stats."""
+
+    catchups: int = 0
+    applied: int = 0  # operations applied from SHIPs
+    items: int = 0
+    gaps: int = 0
+    malformed: int = 0
+
+
+class Replica:
+    """
+    The passive's end: applies what the active sends to C{journal}, and
+    answers through C{send}.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        send: Send,
+        incarnation: str,
+        seconds: Callable[[], float],
+        retry_after: float = 5.0,
+    ) -> None:
+        self._journal = journal
+        self._send = send
+        self._incarnation = incarnation
+        self._seconds = seconds
+        self._retry_after = retry_after
+        self._asked_at: float | None = None
+        self.stats = ReplicaStats()
+        self.link = 0
+        self.in_sync = False
+        self._next = 0  # the position the next SHIP must start at
+        self._catching_up = False
+        self._removed: set[int] = set()
+        self._items_applied = 0
+        self._end: int | None = None  # CATCHUP_END's position, until caught up
+        self._flushing = False
+        self._dirty = False
+        self._saying_hello = False
+        self._stopped = False
+        self._errors = journal.counters.errors
+
+    def stop(self) -> None:
+        """Apply nothing more (this broker is taking over)."""
+        self._stopped = True
+        self.link = 0
+
+    def hello(self) -> None:
+        """Ask the active for a catch-up (on joining, and after a broken link)."""
+        if self._saying_hello or self._stopped:
+            return
+        self._saying_hello = True
+        self._asked_at = self._seconds()
+        self.link = 0
+        self.in_sync = False
+        self._catching_up = False
+        self._end = None
+        asked = self._journal.execute(
+            [],
+            [
+                ("SELECT name, value FROM pair_state", ()),
+                (
+                    "SELECT s.stream, (SELECT max(seq) FROM stream_messages m "
+                    "WHERE m.stream = s.stream) FROM streams s",
+                    (),
+                ),
+                ("SELECT id FROM queued_messages ORDER BY id", ()),
+                ("SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)),
+            ],
+        )
+        asked.addCallback(self._say_hello)
+        asked.addErrback(self._hello_failed)
+
+    def _say_hello(self, rows: list[list[tuple[Any, ...]]]) -> None:
+        self._saying_hello = False
+        if self._stopped:
+            return
+        state = dict(rows[0])
+        epoch = state.get(EPOCH, "") if state.get(COMPLETE) == "1" else ""
+        streams = {str(s): int(last) for s, last in rows[1] if last is not None}
+        ids = [int(row[0]) for row in rows[2]]
+        last_id = int(rows[3][0][0]) if rows[3] else 0
+        self._send(wire.Hello(self._incarnation, epoch, last_id, streams, ids))
+
+    def _hello_failed(self, failure: Failure) -> None:
+        self._saying_hello = False
+        _log.error("pair: reading this journal for the partner failed: {e}", e=failure.value)
+
+    def heartbeat_link(self, link: int, now: float) -> None:
+        """
+        The active's heartbeat names its link: another than this replica's
+        means catch up again (unless a HELLO is recent enough to be still
+        on its way).
+        """
+        if self.link != 0 and link == self.link:
+            return
+        if self._asked_at is not None and now - self._asked_at < self._retry_after:
+            return
+        self.hello()
+
+    def receive(self, message: wire.PairMessage) -> None:
+        """A message from the active partner (the others are not for this end)."""
+        if isinstance(message, wire.Ship):
+            self.ship(message)
+        elif isinstance(message, wire.Items):
+            self.items(message)
+        elif isinstance(message, wire.CatchupBegin):
+            self.begin(message)
+        elif isinstance(message, wire.CatchupEnd):
+            self.end(message)
+
+    def begin(self, message: wire.CatchupBegin) -> None:
+        if self._stopped:
+            return
+        journal = self._journal
+        statements: list[tuple[str, tuple[Any, ...]]] = set_state({COMPLETE: "0"})
+        if message.mode == wire.FULL:
+            statements += [
+                ("DELETE FROM stream_messages", ()),
+                ("DELETE FROM stream_appends", ()),
+                ("DELETE FROM streams", ()),
+                ("DELETE FROM queued_messages", ()),
+            ]
+        for stream, last in message.truncate.items():
+            statements += [
+                ("DELETE FROM stream_messages WHERE stream = ? AND seq > ?", (stream, last)),
+                ("DELETE FROM stream_appends WHERE stream = ? AND last_seq > ?", (stream, last)),
+                (
+                    "UPDATE streams SET last_seq = ?, "
+                    "message_count = (SELECT count(*) FROM stream_messages WHERE stream = ?), "
+                    "total_bytes = (SELECT coalesce(sum(bytes), 0) FROM stream_messages "
+                    "WHERE stream = ?) WHERE stream = ?",
+                    (last, stream, stream, stream),
+                ),
+            ]
+            journal.truncated(stream, last)
+        if message.mode == wire.TRUNCATE:
+            statements.append(("DELETE FROM queued_messages WHERE id > ?", (message.truncate_id,)))
+        statements += [
+            ("DELETE FROM queued_messages WHERE id = ?", (rid,)) for rid in message.delete
+        ]
+        statements += [(_SET_LAST, (stream, last)) for stream, last in message.counters.items()]
+        statements.append((_SET_LAST_ID, (QUEUED_LAST_ID, message.last_id)))
+        # This journal now follows the active's history; it leads none.
+        statements += set_state({EPOCH: message.epoch, LEADER: ""})
+        journal.execute(statements).addErrback(self._hello_failed)
+        journal.note_counters(message.counters, message.last_id)
+        self.link = message.link
+        self._next = message.base + 1
+        self._catching_up = True
+        self._removed = set()
+        self._items_applied = 0
+        self._end = None
+        self.stats.catchups += 1
+
+    def ship(self, message: wire.Ship) -> None:
+        if message.link != self.link or self.link == 0:
+            return
+        if message.first != self._next:
+            self.stats.gaps += 1
+            _log.warn(
+                "pair: replication gap (expected position {want}, got {got}); catching up again",
+                want=self._next,
+                got=message.first,
+            )
+            self.hello()
+            return
+        ops = _operations(message.changes)
+        if self._catching_up:
+            self._removed.update(op.record_id for op in ops if type(op) is QueuedRemove)
+        self._journal.apply(ops)
+        self._next += len(ops)
+        self.stats.applied += len(ops)
+        self._acknowledge()
+
+    def items(self, message: wire.Items) -> None:
+        if message.link != self.link or self.link == 0:
+            return
+        changes = [
+            c
+            for c in message.changes
+            if not (isinstance(c, QueuedRecord) and c.id in self._removed)
+        ]
+        self._journal.apply(_operations(changes))
+        self._items_applied += 1
+        self.stats.items += 1
+        self._acknowledge()
+
+    def end(self, message: wire.CatchupEnd) -> None:
+        if message.link != self.link or self.link == 0:
+            return
+        self._end = message.position
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        """Ack what is on disk: one flush at a time, the next for what came meanwhile."""
+        if self._flushing:
+            self._dirty = True
+            return
+        self._flushing = True
+        self._dirty = False
+        link, position, items = self.link, self._next - 1, self._items_applied
+        end = self._end
+        self._journal.flush().addCallback(lambda _: self._flushed(link, position, items, end))
+
+    def _flushed(self, link: int, position: int, items: int, end: int | None) -> None:
+        self._flushing = False
+        if link != self.link:
+            return
+        errors = self._journal.counters.errors
+        if errors != self._errors:
+            self._errors = errors
+            _log.error("pair: this journal failed to write what the active sent; catching up again")
+            self.hello()
+            return
+        self._send(wire.Ack(link, position, items))
+        if end is not None and self._catching_up:
+            self._catching_up = False
+            self._removed = set()
+            self._journal.execute(set_state({COMPLETE: "1"})).addCallback(
+                lambda _: self._caught_up(link, position)
+            )
+        if self._dirty:
+            self._acknowledge()
+
+    def _caught_up(self, link: int, position: int) -> None:
+        if link != self.link:
+            return
+        self.in_sync = True
+        self._end = None
+        _log.info("pair: caught up with the active")
+        self._send(wire.CaughtUp(link, position))

@@ -1,0 +1,423 @@
+"""
+Tests for L{malamute_pack.pair.replication}: an active's journal replicated
+to a passive's, with real journals (real SQLite files, the real reactor
+and threads) joined by an in-memory link that carries every message
+through the pair codec.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Coroutine
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
+from twisted.trial.unittest import TestCase
+
+from malamute_pack.journal import Journal, JournalError
+from malamute_pack.pair.replication import History, Replica, ReplicationSource, set_state
+from malamute_pack.protocol import pair as wire
+
+CLOCK: IReactorTime = reactor
+
+
+class Link:
+    """
+    One direction of the pair link: each message is encoded, decoded and
+    handed to C{deliver} a reactor turn later, in order; while L{held},
+    messages wait (a slow or cut link) and L{lost} ones are dropped.
+    """
+
+    def __init__(self, deliver: Callable[[wire.PairMessage], None]) -> None:
+        self._deliver = deliver
+        self.held = False
+        self.cut = False
+        self.waiting: list[list[bytes]] = []
+        self.sent: list[wire.PairMessage] = []
+
+    def send(self, message: wire.PairMessage) -> bool:
+        if self.cut:
+            return False
+        frames = wire.encode(message)
+        self.sent.append(message)
+        if self.held:
+            self.waiting.append(frames)
+        else:
+            CLOCK.callLater(0, self._deliver, wire.decode(frames))
+        return True
+
+    def release(self) -> None:
+        self.held = False
+        waiting, self.waiting = self.waiting, []
+        for frames in waiting:
+            CLOCK.callLater(0, self._deliver, wire.decode(frames))
+
+
+class Pair:
+    """An active journal's source and a passive journal's replica, linked."""
+
+    def __init__(self, active: Journal, passive: Journal, history: History, sync: bool) -> None:
+        self.to_passive = Link(lambda message: self.replica.receive(message))
+        self.to_active = Link(lambda message: self.source.receive(message))
+        self.source = ReplicationSource(
+            active, self.to_passive.send, history, sync=sync, seconds=CLOCK.seconds
+        )
+        self.replica = Replica(passive, self.to_active.send, "passive", CLOCK.seconds)
+
+
+def _rows(path: Path, sql: str, *parameters: object) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql, parameters).fetchall()
+
+
+def _stream(path: Path, stream: str) -> list[tuple[int, str, bytes]]:
+    return [
+        (seq, subject, content)
+        for seq, subject, content in _rows(
+            path,
+            "SELECT seq, subject, content FROM stream_messages WHERE stream = ? ORDER BY seq",
+            stream,
+        )
+    ]
+
+
+def _letters(path: Path) -> list[int]:
+    return [row[0] for row in _rows(path, "SELECT id FROM queued_messages ORDER BY id")]
+
+
+class ReplicationTests(TestCase):
+    """Replication between two real journals."""
+
+    def journal(self, name: str) -> Journal:
+        journal = Journal(Path(self.mktemp()) / f"{name}.sqlite", CLOCK)
+        journal.open()
+        self.addCleanup(self._close, journal)
+        return journal
+
+    def _close(self, journal: Journal) -> Deferred[None] | None:
+        return journal.close() if journal._writer is not None else None
+
+    async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = CLOCK.seconds() + timeout
+        while not condition():
+            if CLOCK.seconds() > deadline:
+                self.fail("condition not met in time")
+            await deferLater(CLOCK, 0.01, lambda: None)
+
+    def run_async(self, coroutine: Coroutine[Any, Any, None]) -> Deferred[None]:
+        return Deferred.fromCoroutine(coroutine)
+
+    def write(self, journal: Journal, stream: str, count: int, subject: str = "s") -> None:
+        for i in range(count):
+            journal.append_stream(stream, "writer", subject, [b"m%d" % i], 1000.0 + i)
+
+    def store(self, journal: Journal, count: int, results: list[JournalError | None]) -> list[int]:
+        ids = []
+        for i in range(count):
+            record = journal.store_queued(
+                "mailbox", "box", "sender", "subject", "", None, [b"l%d" % i], results.append
+            )
+            ids.append(record.id)
+        return ids
+
+    def test_fresh_partner_gets_everything(self) -> Deferred[None]:
+        """
+        A partner with an empty journal gets every retained record and every
+        queued letter, with their numbers, and the source counts it in sync.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            self.write(active, "trades", 2500)
+            self.write(active, "quotes", 10)
+            results: list[JournalError | None] = []
+            ids = self.store(active, 30, results)
+            active.remove_queued(ids[0])
+            await active.flush()
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
+            self.assertEqual(len(_stream(passive.path, "trades")), 2500)
+            self.assertEqual(_stream(passive.path, "quotes"), _stream(active.path, "quotes"))
+            self.assertEqual(_letters(passive.path), ids[1:])
+            self.assertTrue(pair.replica.in_sync)
+            self.assertEqual(passive.last_seq("trades"), 2500)
+
+        return self.run_async(run())
+
+    def test_live_writes_follow(self) -> Deferred[None]:
+        """
+        Once in sync, every write (records, letters, removals, appends) is
+        shipped and applied in order; the passive's journal equals the
+        active's.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            results: list[JournalError | None] = []
+            self.write(active, "trades", 300)
+            ids = self.store(active, 20, results)
+            for rid in ids[:5]:
+                active.remove_queued(rid)
+            appended: list[JournalError | None] = []
+            active.append_batch(
+                "trades", "bulk", [("a", [b"1"]), ("b", [b"2"])], 5.0, "k1", [], appended.append
+            )
+            await self.until(lambda: len(results) == 20 and appended == [None])
+            await active.flush()
+            await self.until(lambda: pair.source.acked >= active.handed)
+            await passive.flush()
+            self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
+            self.assertEqual(_letters(passive.path), _letters(active.path))
+            self.assertEqual(
+                _rows(passive.path, "SELECT stream, key, first_seq, last_seq FROM stream_appends"),
+                [("trades", "k1", 301, 302)],
+            )
+
+        return self.run_async(run())
+
+    def test_sync_holds_acknowledgement(self) -> Deferred[None]:
+        """
+        In sync mode a letter's durability callback waits for the partner's
+        acknowledgement; and a stream record is not durable before it.
+        When the partner is gone, what waited is let go.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            pair.to_active.held = True  # the partner's ACKs are late
+            results: list[JournalError | None] = []
+            self.store(active, 3, results)
+            self.write(active, "trades", 5)
+            await active.flush()
+            await deferLater(CLOCK, 0.1, lambda: None)
+            self.assertEqual(results, [])
+            self.assertEqual(active.durable_seq("trades"), 0)
+            pair.to_active.release()
+            await self.until(lambda: len(results) == 3)
+            self.assertEqual(results, [None, None, None])
+            await self.until(lambda: active.durable_seq("trades") == 5)
+            # The partner falls silent: the active goes on alone.
+            pair.to_active.held = True
+            self.store(active, 2, results)
+            await active.flush()
+            await deferLater(CLOCK, 0.05, lambda: None)
+            self.assertEqual(len(results), 3)
+            pair.source.partner_gone()
+            self.assertEqual(len(results), 5)
+
+        return self.run_async(run())
+
+    def test_async_does_not_wait(self) -> Deferred[None]:
+        """In async mode an acknowledgement never waits for the partner."""
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=False)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            pair.to_active.held = True
+            results: list[JournalError | None] = []
+            self.store(active, 3, results)
+            await self.until(lambda: len(results) == 3)
+
+        return self.run_async(run())
+
+    def test_incremental_catch_up(self) -> Deferred[None]:
+        """
+        A partner that follows the same history and has part of it gets
+        only what it lacks: the catch-up sends the later records alone.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            self.write(active, "trades", 1000)
+            await active.flush()
+            await self.until(lambda: pair.source.acked >= active.handed)
+            # The link breaks; the active writes on alone.
+            pair.to_passive.cut = True
+            pair.source.partner_gone()
+            self.write(active, "trades", 50)
+            await active.flush()
+            pair.to_passive.cut = False
+            pair.to_passive.sent.clear()
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            shipped = [
+                change
+                for message in pair.to_passive.sent
+                if isinstance(message, wire.Items)
+                for change in message.changes
+            ]
+            self.assertEqual(len(shipped), 50)
+            begin = next(m for m in pair.to_passive.sent if isinstance(m, wire.CatchupBegin))
+            self.assertEqual(begin.mode, wire.INCREMENTAL)
+            self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
+
+        return self.run_async(run())
+
+    def test_old_leader_is_cut_back(self) -> Deferred[None]:
+        """
+        A partner that led the previous history (the old active) loses what
+        it wrote after the takeover point (never acknowledged in sync mode)
+        and gets the new active's records, letters and numbering.
+        """
+
+        async def run() -> None:
+            old, new = self.journal("old"), self.journal("new")
+            # Both shared records 1..100 and letters; the old one then wrote
+            # records 101..120 and a letter the new one never had.
+            for journal in (old, new):
+                self.write(journal, "trades", 100)
+            shared: list[JournalError | None] = []
+            shared_ids = self.store(old, 2, shared)
+            self.assertEqual(self.store(new, 2, shared), shared_ids)
+            self.write(old, "trades", 20, subject="divergent")
+            divergent = self.store(old, 1, shared)
+            await old.flush()
+            await new.flush()
+            await old.execute(set_state({"epoch": "e1", "complete": "1"}))
+            # The new active took over from e1 at record 100, letter 2.
+            history = History("e2", "e1", {"trades": 100}, shared_ids[-1])
+            self.write(new, "trades", 5, subject="after")
+            await new.flush()
+            pair = Pair(new, old, history, sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            await old.flush()
+            begin = next(m for m in pair.to_passive.sent if isinstance(m, wire.CatchupBegin))
+            self.assertEqual(begin.mode, wire.TRUNCATE)
+            self.assertEqual(_stream(old.path, "trades"), _stream(new.path, "trades"))
+            self.assertNotIn("divergent", [row[1] for row in _stream(old.path, "trades")])
+            self.assertNotIn(divergent[0], _letters(old.path))
+            self.assertEqual(_letters(old.path), _letters(new.path))
+
+        return self.run_async(run())
+
+    def test_unrelated_history_copied_whole(self) -> Deferred[None]:
+        """
+        A partner whose journal holds another history keeps nothing of it
+        and gets a whole copy.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            self.write(passive, "stale", 10)
+            self.write(active, "trades", 10)
+            await passive.execute(set_state({"epoch": "elsewhere", "complete": "1"}))
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            begin = next(m for m in pair.to_passive.sent if isinstance(m, wire.CatchupBegin))
+            self.assertEqual(begin.mode, wire.FULL)
+            self.assertEqual(_stream(passive.path, "stale"), [])
+            self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
+
+        return self.run_async(run())
+
+    def test_letter_removed_during_catch_up(self) -> Deferred[None]:
+        """
+        A letter removed on the active while its copy is still on the way
+        in the catch-up is not stored on the passive.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            results: list[JournalError | None] = []
+            ids = self.store(active, 5, results)
+            await active.flush()
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.to_passive.held = True
+            pair.replica.hello()
+            await self.until(lambda: any(isinstance(m, wire.Items) for m in pair.to_passive.sent))
+            active.remove_queued(ids[2])
+            await active.flush()
+            # The removal's SHIP overtakes the ITEMS that carry the letter.
+            ship = [i for i, f in enumerate(pair.to_passive.waiting) if f[0][2] == 4]
+            frames = pair.to_passive.waiting
+            order = (
+                [frames[0]]
+                + [frames[i] for i in ship]
+                + [f for i, f in enumerate(frames) if i and i not in ship]
+            )
+            pair.to_passive.waiting = order
+            pair.to_passive.release()
+            await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            self.assertEqual(_letters(passive.path), [i for i in ids if i != ids[2]])
+
+        return self.run_async(run())
+
+    def test_gap_starts_over(self) -> Deferred[None]:
+        """
+        A SHIP lost on the link (a position missing) makes the passive ask
+        for a catch-up again, after which it has everything.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=False)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            pair.to_passive.held = True
+            self.write(active, "trades", 10)
+            await active.flush()
+            self.write(active, "trades", 10)
+            await active.flush()
+            del pair.to_passive.waiting[0]  # the first SHIP is lost
+            catchups = pair.source.stats.catchups
+            pair.to_passive.release()
+            await self.until(lambda: pair.source.stats.catchups > catchups)
+            await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            self.assertEqual(pair.replica.stats.gaps, 1)
+            self.assertEqual(len(_stream(passive.path, "trades")), 20)
+
+        return self.run_async(run())
+
+    def test_takeover_numbers_never_reused(self) -> Deferred[None]:
+        """
+        A passive's journal opened again as a takeover continues the
+        numbering past what the old active may have handed out, and
+        reports the takeover point.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            self.write(active, "trades", 10)
+            results: list[JournalError | None] = []
+            self.store(active, 3, results)
+            await self.until(lambda: len(results) == 3)
+            pair.replica.stop()
+            await passive.close()
+            found = passive.open(takeover=True)
+            self.assertEqual(found.lasts, {"trades": 10})
+            self.assertEqual(found.last_id, 3)
+            self.assertEqual([r.id for r in found.queued], [1, 2, 3])
+            seq = passive.append_stream("trades", "w", "s", [b"x"], 1.0)
+            self.assertGreater(seq, 10 + 1)
+            letter = passive.store_queued("mailbox", "b", "s", "x", "", None, [b""], results.append)
+            self.assertGreater(letter.id, 4)
+
+        return self.run_async(run())
