@@ -30,6 +30,11 @@ by own time.
 hosts made as network namespaces instead (root only): see
 L{malamute_pack.bench.pack} and its C{--help}.
 
+``python -m malamute_pack.bench pair ...`` measures a primary/backup pair:
+its throughput (sync and async replication) against a single broker, and
+its fail-over time under load: see L{malamute_pack.bench.pair} and its
+C{--help}.
+
 Tests: ``tests/test_bench.py``.
 """
 
@@ -45,6 +50,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 
 from malamute_pack.bench import pack
+from malamute_pack.bench import pair as pair_bench
 from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
 from malamute_pack.bench.load import DEFAULT_WINDOW, Job
 from malamute_pack.bench.scenarios import (
@@ -141,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     if arguments[:1] == ["pack"]:
         return pack.main(arguments[1:])
+    if arguments[:1] == ["pair"]:
+        return pair_bench.main(arguments[1:])
     args = parse(arguments)
     names = args.scenario or (list(STREAM_SCENARIOS) if args.profile else list(SCENARIOS))
     profile = args.profile.resolve() if args.profile else None

@@ -239,6 +239,7 @@ class BrokerProcess:
         plain: tuple[str, str] | None = None,
         curve: tuple[str, str, str] | None = None,
         netns: str | None = None,
+        ready: str | None = None,
     ) -> None:
         """
         @param bind: the endpoint to bind: one with a C{*} port (such as
@@ -255,6 +256,10 @@ class BrokerProcess:
             and secret keys (Z85).
         @param netns: the network namespace to run it in (see the module);
             by default this process's.
+        @param ready: a regular expression: the broker is ready once a line
+            of its log matches it, and is not probed (a broker of a pair,
+            whose readiness is "pair: (active|passive)": a probe's
+            CONNECTION_OPEN would be a client request to its Binary Star).
         """
         self.directory = directory.resolve()
         self._data_dir_given = data_dir is not None
@@ -267,6 +272,7 @@ class BrokerProcess:
         self.plain = plain
         self.curve = curve
         self.netns = netns
+        self.ready = None if ready is None else re.compile(ready)
         self.process: subprocess.Popen[bytes] | None = None
         self._bind = bind or fresh_ipc_endpoint()
         self._endpoint: str | None = None
@@ -345,7 +351,10 @@ class BrokerProcess:
                 self._endpoint = bound
             elif bound != self._endpoint:
                 raise BrokerError(f"restarted broker bound {bound}, not {self._endpoint}")
-            self._probe(deadline)
+            if self.ready is not None:
+                self.wait_log(self.ready, deadline - time.monotonic())
+            else:
+                self._probe(deadline)
         except BrokerError:
             self.kill()
             raise
@@ -375,6 +384,21 @@ class BrokerProcess:
             output = (e.output or b"").decode(errors="replace")
             raise BrokerError(f"the broker did not exit: it started\n{output}") from e
         return ran.returncode, ran.stdout.decode(errors="replace")
+
+    def wait_log(self, pattern: re.Pattern[str] | str, timeout: float = 30.0) -> re.Match[str]:
+        """
+        Wait until a line of this run's log matches C{pattern}; the match.
+
+        @raise BrokerError: if the broker exits first or C{timeout} passes.
+        """
+        deadline = time.monotonic() + timeout
+        expression = re.compile(pattern) if isinstance(pattern, str) else pattern
+        while True:
+            found = expression.search(self.run_log())
+            if found:
+                return found
+            self._check_running(deadline, f"log {expression.pattern!r}")
+            time.sleep(0.02)
 
     def _wait_bound(self, deadline: float) -> str:
         """The first endpoint this run logs binding."""

@@ -16,6 +16,13 @@ Layout for C{Lan("mpt1", "10.77.21", 3)}::
 Each host also routes multicast (224.0.0.0/4) out of its C{eth0}, so a
 multicast sender needs no interface option.
 
+A second Lan can join the hosts of a first (C{Lan("mpt2", "10.77.22", 2,
+joins=first, interface="eth1")}): it makes only its bridge's namespace and
+gives each of the first C{size} hosts another veth (C{eth1}) on its bridge,
+for traffic kept apart from the first Lan's (a pair's link). L{Lan.unplug}
+and L{Lan.plug} set a host's bridge port down and up again: that host is
+cut off this Lan only (a partition), its interface and addresses kept.
+
 A run killed half way leaves namespaces behind: L{Lan.create} first deletes
 every namespace that its prefix names, and L{Lan.destroy} deletes them all
 again (deleting a namespace deletes its veths, both ends, and the bridge).
@@ -26,7 +33,8 @@ keep it alive but unnamed, cut off from any new Lan.
 Everything here needs root and the C{ip} command (iproute2):
 L{netns_available} says why not, for a test to skip with.
 
-Tests: ``tests/test_bench_netns.py``.
+Tests: ``tests/test_bench_netns.py``; a joined Lan and unplugged ports in
+``tests/test_pair_system.py``.
 """
 
 from __future__ import annotations
@@ -147,16 +155,31 @@ class Lan:
 
     @ivar prefix: what every name it makes starts with.
     @ivar subnet: the first three octets of its addresses (C{"10.77.21"}).
-    @ivar hosts: its hosts, C{f"{prefix}h{i}"} with address C{f"{subnet}.{i}"}
-        for i from 1 to C{size}.
+    @ivar hosts: its hosts, C{f"{prefix}h{i}"} (a joining Lan: the joined
+        Lan's hosts' names) with address C{f"{subnet}.{i}"} for i from 1 to
+        C{size}.
     @ivar bridge_namespace: the namespace of the bridge.
+    @ivar joins: the Lan whose hosts this one joins, or None (it makes its own).
     """
 
-    def __init__(self, prefix: str, subnet: str, size: int) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        subnet: str,
+        size: int,
+        *,
+        joins: Lan | None = None,
+        interface: str = HOST_INTERFACE,
+    ) -> None:
         """
         @param prefix: 2 to 6 lower-case letters and digits starting with
             C{mp}, and no other Lan's prefix.
-        @raise ValueError: for a bad prefix or subnet, or a size not in 1..254.
+        @param joins: another Lan whose first C{size} hosts this one joins
+            (see the module), with C{interface}, instead of making hosts.
+        @param interface: the name of each host's veth on this Lan.
+        @raise ValueError: for a bad prefix or subnet, or a size not in 1..254
+            (for a joining Lan, more hosts than C{joins} has, or an
+            interface its hosts already have).
         """
         if not _PREFIX.match(prefix):
             raise ValueError(
@@ -168,12 +191,27 @@ class Lan:
             raise ValueError(f"subnet {subnet!r}: want three octets, as 10.77.21") from e
         if not 1 <= size <= 254:
             raise ValueError(f"size {size}: want 1 to 254 hosts")
+        if joins is not None and size > len(joins.hosts):
+            raise ValueError(f"size {size}: the Lan joined has {len(joins.hosts)} hosts")
+        if joins is not None and interface == joins.interface:
+            raise ValueError(f"interface {interface!r}: the joined Lan's hosts have it already")
         self.prefix = prefix
         self.subnet = subnet
         self.network = network
+        self.joins = joins
+        self.interface: str = interface
         self.bridge_namespace = f"{prefix}br"
-        self.hosts = [Host(f"{prefix}h{i}", f"{subnet}.{i}") for i in range(1, size + 1)]
-        self._names = re.compile(rf"^{re.escape(prefix)}(?:br|h[0-9]+)$")
+        names: list[str] = (
+            [f"{prefix}h{i}" for i in range(1, size + 1)]
+            if joins is None
+            else [host.name for host in joins.hosts[:size]]
+        )
+        self.hosts: list[Host] = [
+            Host(name, f"{subnet}.{i}", interface) for i, name in enumerate(names, start=1)
+        ]
+        # A joining Lan owns its bridge's namespace only: the hosts are the other's.
+        owned = "br|h[0-9]+" if joins is None else "br"
+        self._names = re.compile(rf"^{re.escape(prefix)}(?:{owned})$")
 
     @property
     def broadcast(self) -> str:
@@ -191,7 +229,7 @@ class Lan:
             BRIDGE,
             *(host.name for host in self.hosts),
             *(self.port(i) for i in range(1, len(self.hosts) + 1)),
-            HOST_INTERFACE,
+            self.interface,
         ]
 
     def existing(self) -> list[str]:
@@ -222,7 +260,8 @@ class Lan:
         prefix_length = str(self.network.prefixlen)
         for index, host in enumerate(self.hosts, start=1):
             port = self.port(index)
-            _ip("netns", "add", host.name)
+            if self.joins is None:
+                _ip("netns", "add", host.name)
             # Made in the bridge's namespace with its peer born in the host's:
             # neither end ever exists in the root namespace.
             _ip(
@@ -231,19 +270,35 @@ class Lan:
             )  # fmt: skip
             _ip("-n", bridge_ns, "link", "set", port, "master", BRIDGE)
             _ip("-n", bridge_ns, "link", "set", port, "up")
-            _ip("-n", host.name, "link", "set", "lo", "up")
+            if self.joins is None:
+                _ip("-n", host.name, "link", "set", "lo", "up")
             _ip(
                 "-n", host.name, "address", "add", f"{host.address}/{prefix_length}",
                 "broadcast", self.broadcast, "dev", host.interface,
             )  # fmt: skip
             _ip("-n", host.name, "link", "set", host.interface, "up")
-            _ip("-n", host.name, "route", "add", "224.0.0.0/4", "dev", host.interface)
+            if self.joins is None:
+                _ip("-n", host.name, "route", "add", "224.0.0.0/4", "dev", host.interface)
+
+    def unplug(self, index: int) -> None:
+        """
+        Set host C{index}'s (from 1) bridge port down: it is cut off this
+        Lan (its packets and those for it are lost) until L{plug}.
+
+        @raise NetnsError: the C{ip} command failed.
+        """
+        _ip("-n", self.bridge_namespace, "link", "set", self.port(index), "down")
+
+    def plug(self, index: int) -> None:
+        """Set host C{index}'s bridge port up again (after L{unplug})."""
+        _ip("-n", self.bridge_namespace, "link", "set", self.port(index), "up")
 
     def destroy(self) -> None:
         """
         Delete every namespace its prefix names, with their veths and the
-        bridge; whatever is already gone is skipped, and this never raises
-        for it.
+        bridge (a joining Lan: its bridge's namespace, whose ports take the
+        hosts' veths with them); whatever is already gone is skipped, and
+        this never raises for it.
         """
         for name in self.existing():
             _ip("netns", "delete", name, check=False)
