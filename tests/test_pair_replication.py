@@ -393,6 +393,35 @@ class ReplicationTests(TestCase):
 
         return self.run_async(run())
 
+    def test_lagging_partner_dropped(self) -> Deferred[None]:
+        """
+        A partner more than the lag bound behind (bytes shipped and not
+        acknowledged) is dropped: the active goes on alone instead of
+        queueing for it, and the partner catches up from the journal.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=False)
+            pair.source.max_lag_bytes = 20 * (128 + 10)  # about twenty records
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            pair.to_active.held = True  # no ACKs: the partner falls behind
+            for _ in range(30):
+                self.write(active, "trades", 1)
+                await active.flush()
+            self.assertEqual(pair.source.link, 0)
+            self.assertFalse(pair.source.in_sync)
+            self.assertEqual(pair.source.stats.resyncs, 1)
+            self.assertEqual(pair.source.unacked_bytes, 0)
+            pair.to_active.release()
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
+
+        return self.run_async(run())
+
     def test_takeover_numbers_never_reused(self) -> Deferred[None]:
         """
         A passive's journal opened again as a takeover continues the

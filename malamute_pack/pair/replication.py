@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -58,6 +59,12 @@ Send = Callable[[wire.PairMessage], bool]
 
 # Catch-up messages in flight before the passive acknowledges them.
 ITEMS_WINDOW: Final = 8
+# Bytes shipped and not yet acknowledged beyond which the partner counts as
+# too slow: the link ends (the active goes on alone) and the partner catches
+# up from the journal, instead of the link's queues growing without bound.
+MAX_LAG_BYTES: Final = 64 * 1024 * 1024
+# What an operation costs on the link beyond its content.
+_OP_OVERHEAD: Final = 128
 # Records and letters per catch-up message.
 ITEMS_ROWS: Final = 1000
 ITEMS_LETTERS: Final = 200
@@ -139,6 +146,17 @@ def _changes(ops: Sequence[WriteOp]) -> list[wire.Change]:
     return changes
 
 
+def _size(op: WriteOp) -> int:
+    """About what C{op} costs on the link, in bytes."""
+    if isinstance(op, QueuedStore):
+        return _OP_OVERHEAD + sum(len(frame) for frame in op.record.content)
+    if isinstance(op, StreamAppend):
+        return _OP_OVERHEAD * (1 + len(op.rows)) + op.bytes
+    if isinstance(op, QueuedRemove):
+        return _OP_OVERHEAD
+    return _OP_OVERHEAD + op[6]  # a stream row: its content's size
+
+
 def _ignore(_: object) -> None:
     """A replica's writes have nobody to tell."""
 
@@ -188,8 +206,13 @@ class ReplicationSource:
         *,
         sync: bool = True,
         seconds: Callable[[], float] | None = None,
+        max_lag_bytes: int = MAX_LAG_BYTES,
     ) -> None:
         self._journal = journal
+        self.max_lag_bytes = max_lag_bytes
+        # Shipped and not yet acknowledged: (position of a SHIP's last op, its bytes).
+        self._unacked: deque[tuple[int, int]] = deque()
+        self.unacked_bytes = 0
         self._send = send
         self.history = history
         self.sync = sync
@@ -245,6 +268,7 @@ class ReplicationSource:
         if ack.link != self.link or self.link == 0:
             return
         self.acked = max(self.acked, ack.position)
+        self._forget_acked()
         if self.in_sync and self.sync:
             self._journal.replica_acked(ack.position)
         self._items_acked = max(self._items_acked, ack.items)
@@ -258,6 +282,7 @@ class ReplicationSource:
         self.in_sync = True
         self.stats.in_sync_since = self._seconds()
         self.acked = max(self.acked, message.position)
+        self._forget_acked()
         if self.sync:
             self._journal.replica_acked(message.position)
             self._journal.hold_for_replica(True)
@@ -272,7 +297,14 @@ class ReplicationSource:
             _log.warn("pair: the partner is gone; this broker goes on alone (not replicated)")
         self._drop_link()
 
+    def _forget_acked(self) -> None:
+        unacked = self._unacked
+        while unacked and unacked[0][0] <= self.acked:
+            self.unacked_bytes -= unacked.popleft()[1]
+
     def _drop_link(self) -> None:
+        self._unacked.clear()
+        self.unacked_bytes = 0
         self.link = 0
         self.in_sync = False
         self.stats.in_sync_since = None
@@ -294,6 +326,12 @@ class ReplicationSource:
             return
         ship = wire.Ship(self.link, first, _changes(ops))
         self.stats.shipped += len(ops)
+        size = sum(_size(op) for op in ops)
+        self._unacked.append((first + len(ops) - 1, size))
+        self.unacked_bytes += size
+        if self.unacked_bytes > self.max_lag_bytes:
+            self._lost(f"it fell {self.unacked_bytes} bytes behind")
+            return
         if self._held_ships is not None:
             self._held_ships.append(ship)
             return
