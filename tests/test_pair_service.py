@@ -100,8 +100,9 @@ class PairServiceTests(TestCase):
     async def test_passiveRefusesClients(self) -> None:
         """
         The primary goes active and the backup passive (as each records for
-        the check command); a client of the passive is refused with 503
-        "not active", a client of the active is served.
+        the check command and reports in its status); a client of the
+        passive is refused with 503 "not active", a client of the active is
+        served.
         """
         await self.started()
         self.assertIs(self.backup.pair.machine.state, State.PASSIVE)
@@ -113,6 +114,15 @@ class PairServiceTests(TestCase):
         self.assertIn("not active", refused.status_reason)
         served = self.peer(self.primary)
         self.assertEqual(await served.command(mlm.ConnectionOpen(version=2)), mlm.Ok())
+        primary, backup = self.primary.pair.status(), self.backup.pair.status()
+        self.assertEqual(
+            (primary.role, primary.state, primary.in_sync, primary.partner_alive),
+            ("primary", "active", True, True),
+        )
+        self.assertEqual(
+            (backup.state, backup.in_sync, backup.refused_clients), ("passive", True, 1)
+        )
+        self.assertEqual(primary.epoch, backup.epoch)
 
     async def test_storedLetterSurvivesFailover(self) -> None:
         """

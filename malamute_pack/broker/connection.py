@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from twisted.logger import Logger
+
 from malamute_pack.broker.machine import State
 from malamute_pack.broker.receipts import Receipts
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from malamute_pack.broker.ranges import RangeRead
     from malamute_pack.broker.session import Session
     from malamute_pack.broker.stream import Stream
+
+_log = Logger()
 
 
 @dataclass(eq=False, slots=True)
@@ -97,6 +101,20 @@ class Connection:
                 del self.held[letter.id]
                 return letter
         return None
+
+    def lost_to_retention(self, stream: str, missed: int, available: int) -> None:
+        """
+        Records C{missed} up to C{available} - 1 of C{stream}, which it
+        wanted, are gone (retention): logged, and its session is told.
+        """
+        _log.info(
+            "{connection} lost records {missed}-{last} of stream {stream!r} to retention",
+            connection=self,
+            missed=missed,
+            last=available - 1,
+            stream=stream,
+        )
+        self.session.gap(stream, missed, available)
 
     def __repr__(self) -> str:
         return f"<Connection {self.address or '(anonymous)'} {self.session!r}>"

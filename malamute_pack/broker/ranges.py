@@ -205,11 +205,4 @@ class Ranges:
 
     def _gap(self, connection: Connection, name: str, missed: int, available: int) -> None:
         self.gaps += 1
-        _log.info(
-            "{connection} lost records {missed}-{last} of stream {stream!r} to retention",
-            connection=connection,
-            missed=missed,
-            last=available - 1,
-            stream=name,
-        )
-        connection.session.gap(name, missed, available)
+        connection.lost_to_retention(name, missed, available)

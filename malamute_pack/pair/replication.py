@@ -445,7 +445,6 @@ class ReplicaStats:
     applied: int = 0  # operations applied from SHIPs
     items: int = 0
     gaps: int = 0
-    malformed: int = 0
 
 
 class Replica:
@@ -471,6 +470,7 @@ class Replica:
         self.stats = ReplicaStats()
         self.link = 0
         self.in_sync = False
+        self.epoch = ""  # the history the active said it leads, at the last catch-up
         self._next = 0  # the position the next SHIP must start at
         self._catching_up = False
         self._removed: set[int] = set()
@@ -588,6 +588,7 @@ class Replica:
         journal.execute(statements).addErrback(self._hello_failed)
         journal.note_counters(message.counters, message.last_id)
         self.link = message.link
+        self.epoch = message.epoch
         self._next = message.base + 1
         self._catching_up = True
         self._removed = set()

@@ -115,7 +115,6 @@ class PairService(Service):
         self.replica: Replica | None = None
         self._recovered: Recovered | None = None
         self._loop: LoopingCall | None = None
-        self._epoch = ""
         self._leads = False  # this journal leads the history (this broker was the last active)
         self.takeovers = 0
         self._same_role = ""  # the incarnation of the same-role broker reported last
@@ -128,8 +127,16 @@ class PairService(Service):
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
         self._recovered = found
-        self._epoch = found.pair.get("epoch", "")
         self._leads = found.pair.get(LEADER) == self.role.value
+
+    @property
+    def epoch(self) -> str:
+        """The history this broker leads (active) or follows (passive, once caught up to it)."""
+        if self.source is not None:
+            return self.source.history.epoch
+        if self.replica is not None and self.replica.epoch:
+            return self.replica.epoch
+        return "" if self._recovered is None else self._recovered.pair.get("epoch", "")
 
     def status(self) -> PairStatus:
         now = self._clock.seconds()
@@ -140,7 +147,7 @@ class PairService(Service):
             self._in_sync(),
             self._settings.replication,
             self.source.lag if self.source is not None else 0,
-            self._epoch,
+            self.epoch,
             self.takeovers,
             self.gate.refused,
         )
@@ -211,7 +218,7 @@ class PairService(Service):
                 self.machine.state.value,
                 self._in_sync(),
                 self.incarnation,
-                self._epoch,
+                self.epoch,
                 link,
                 self._leads,
             )
@@ -347,7 +354,6 @@ class PairService(Service):
             if not history.epoch:
                 history.epoch = uuid.uuid4().hex
         await journal.execute(set_state({**history.state(self.role.value), COMPLETE: "1"}))
-        self._epoch = history.epoch
         self._leads = True
         self._recovered = found
         self._restore(found)

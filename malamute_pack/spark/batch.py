@@ -48,6 +48,24 @@ def plan_spans(source: RangeSource, options: ReadOptions) -> list[Span]:
     return spans
 
 
+def range_partitions(options: ReadOptions, spans: Sequence[Span]) -> list[RangePartition]:
+    """C{spans} split as C{options} say, each piece a partition (batch and streaming reads)."""
+    pieces = split_spans(
+        spans, rows_per_partition=options.rows_per_partition, partitions=options.partitions
+    )
+    return [
+        RangePartition(
+            options.target,
+            span.stream,
+            span.first,
+            span.last,
+            options.pattern,
+            options.fail_on_data_loss,
+        )
+        for span in pieces
+    ]
+
+
 class MalamuteReader(DataSourceReader):
     """A batch read: partitions planned on the driver, each read by an executor."""
 
@@ -58,23 +76,9 @@ class MalamuteReader(DataSourceReader):
         options = self.options
         with open_source(options.target) as source:
             spans = plan_spans(source, options)
-        pieces = split_spans(
-            spans, rows_per_partition=options.rows_per_partition, partitions=options.partitions
-        )
-        if not pieces:
-            # Spark reads a placeholder partition of its own when given none.
-            return [RangePartition(options.target, "", 1, 0)]
-        return [
-            RangePartition(
-                options.target,
-                span.stream,
-                span.first,
-                span.last,
-                options.pattern,
-                options.fail_on_data_loss,
-            )
-            for span in pieces
-        ]
+        pieces = range_partitions(options, spans)
+        # Spark reads a placeholder partition of its own when given none.
+        return pieces or [RangePartition(options.target, "", 1, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)

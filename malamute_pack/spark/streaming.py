@@ -40,9 +40,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from malamute_pack.spark.batch import read_streams
+from malamute_pack.spark.batch import range_partitions, read_streams
 from malamute_pack.spark.options import ReadOptions
-from malamute_pack.spark.partitions import Span, admit, split_spans
+from malamute_pack.spark.partitions import Span, admit
 from malamute_pack.spark.reading import (
     RangePartition,
     RangeSource,
@@ -108,21 +108,7 @@ class MalamuteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         options = self.options
         spans = [Span(stream, start.get(stream, last) + 1, last) for stream, last in end.items()]
-        return [
-            RangePartition(
-                options.target,
-                span.stream,
-                span.first,
-                span.last,
-                options.pattern,
-                options.fail_on_data_loss,
-            )
-            for span in split_spans(
-                spans,
-                rows_per_partition=options.rows_per_partition,
-                partitions=options.partitions,
-            )
-        ]
+        return range_partitions(options, spans)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
