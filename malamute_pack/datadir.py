@@ -1,4 +1,6 @@
 """
+One broker per data directory, and its identity (L{pack_identity}).
+
 One broker per data directory: an exclusive lock on ``<data-dir>/lock``,
 taken when the broker starts (before its journal opens, with or without a
 journal) and held for its whole life.
@@ -20,6 +22,7 @@ import fcntl
 import json
 import os
 import socket
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -183,3 +186,31 @@ class DataDirService(Service):
     def stopService(self) -> None:
         super().stopService()  # type: ignore[no-untyped-call]
         self.lock.release()
+
+
+# The broker's identity: its id in the pack, and the origin its multicast
+# bridges name.
+PACK_ID_FILE: Final = "pack-id"
+
+
+def pack_identity(data_dir: Path) -> bytes:
+    """
+    This broker's 16-byte identity in the pack, from C{data_dir}'s
+    C{pack-id} file (32 hex digits), made there on the first call.
+    """
+    path = data_dir / PACK_ID_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        identity = uuid.uuid4().bytes
+        scratch = path.with_suffix(".new")
+        scratch.write_text(identity.hex().upper() + "\n")
+        os.replace(scratch, path)
+        return identity
+    try:
+        identity = bytes.fromhex(text)
+    except ValueError:
+        identity = b""
+    if len(identity) != 16:
+        raise ValueError(f"{path} does not hold a pack identity (32 hex digits): {text[:40]!r}")
+    return identity

@@ -32,7 +32,10 @@ interface name or address), ``malamute/pack/beacon-port``,
 and ``malamute/pack/broker-name``; the pair's (``docs/pair.md``):
 ``malamute/pair/role`` (primary or backup), ``malamute/pair/bind``,
 ``malamute/pair/connect``, ``malamute/pair/replication`` (sync or async),
-``malamute/pair/heartbeat`` (ms) and ``malamute/pair/misses``.
+``malamute/pair/heartbeat`` (ms) and ``malamute/pair/misses``; the
+multicast bridges' (``docs/multicast.md``, L{malamute_pack.multicast.config}):
+``malamute/bridge/out`` and ``malamute/bridge/in`` (repeatable),
+``malamute/bridge/rate``, ``.../recovery``, ``.../hops``, ``.../endpoint``.
 
 Tests: ``tests/test_tap.py``.
 """
@@ -45,6 +48,8 @@ from pathlib import Path
 
 from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig, RetentionPolicy
+from malamute_pack.multicast import config as bridge_config
+from malamute_pack.multicast.config import BridgeSettings
 from malamute_pack.pair.machine import DEFAULT_HEARTBEAT, DEFAULT_MISSES
 
 DEFAULT_ENDPOINT = "ipc://@/malamute"
@@ -121,6 +126,7 @@ class Settings:
     journal_config: JournalConfig = field(default_factory=JournalConfig)
     pack: PackSettings = field(default_factory=PackSettings)
     pair: PairSettings = field(default_factory=PairSettings)
+    bridge: BridgeSettings = field(default_factory=BridgeSettings)
 
     @property
     def journal_path(self) -> Path:
@@ -206,6 +212,10 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
     changes["journal_config"] = _journal_config(config, base.journal_config)
     changes["pack"] = _pack(config, base.pack)
     changes["pair"] = _pair(config, base.pair)
+    try:
+        changes["bridge"] = bridge_config.from_zpl(config, base.bridge)
+    except bridge_config.BridgeConfigError as e:
+        raise SettingsError(str(e)) from e
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -318,7 +328,14 @@ def check(settings: Settings) -> Settings:
         raise SettingsError("no endpoint to bind")
     _check_pack(settings.pack)
     _check_pair(settings)
-    return settings
+    bridge = settings.bridge
+    try:
+        bridge_config.check(bridge)
+    except bridge_config.BridgeConfigError as e:
+        raise SettingsError(str(e)) from e
+    return dataclasses.replace(
+        settings, bridge=bridge_config.repair_endpoint(bridge, settings.endpoints)
+    )
 
 
 def _check_pair(settings: Settings) -> None:

@@ -14,10 +14,11 @@ ROUTER socket per security mechanism the endpoints require, whose
 sessions feed the model,
 behind a read gate the journal's backlog closes
 (L{malamute_pack.transport.gate}), and, with ``--pack``, the pack
-(L{malamute_pack.pack.service}). With ``--pair``, the pair
+(L{malamute_pack.pack.service}), and the multicast bridges
+(L{malamute_pack.multicast.service}). With ``--pair``, the pair
 (L{malamute_pack.pair.service}) starts last: the journal's letters go to
 the model only when this broker becomes active, the clients' messages pass
-its gate, and the pack runs only while it is active. They stop in the
+its gate, and the pack and the bridges run only while it is active. They stop in the
 reverse order.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
@@ -39,10 +40,13 @@ from twisted.python import usage
 from malamute_pack import settings as _settings
 from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import Broker, BrokerConfig
-from malamute_pack.datadir import DataDirService
+from malamute_pack.datadir import DataDirService, pack_identity
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
+from malamute_pack.multicast.config import BridgeConfigError
+from malamute_pack.multicast.service import BridgeService
+from malamute_pack.multicast.tap import BRIDGE_PARAMETERS, BridgeOptionsMixin
 from malamute_pack.pack.beacon import resolve_interface
 from malamute_pack.pack.service import PackService
 from malamute_pack.pair.service import PairService
@@ -56,7 +60,7 @@ from malamute_pack.zpl import ZplError, load_zpl
 _log = Logger()
 
 
-class Options(usage.Options):
+class Options(BridgeOptionsMixin, usage.Options):
     """Options of C{twistd malamute}."""
 
     synopsis = "[options]"
@@ -114,6 +118,7 @@ class Options(usage.Options):
             "sync (default: acknowledged means on both brokers) or async.",
         ],
         ["pair-heartbeat", None, None, "Pair heartbeat interval in ms (default 500).", int],
+        *BRIDGE_PARAMETERS,
     ]
     optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
         ["no-journal", None, "Keep nothing on disk: no stream replay, no durable mail."],
@@ -145,7 +150,7 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         try:
             self["settings"] = self.settings()
-        except (_settings.SettingsError, ZplError, OSError) as e:
+        except (_settings.SettingsError, BridgeConfigError, ZplError, OSError) as e:
             raise usage.UsageError(str(e)) from e
 
     def settings(self) -> _settings.Settings:
@@ -193,6 +198,7 @@ class Options(usage.Options):
                 result,
                 pair=dataclasses.replace(result.pair, **pair),  # type: ignore[arg-type]
             )
+        result = dataclasses.replace(result, bridge=self.bridge_settings(result.bridge))
         return _settings.check(result)
 
     def pack_settings(self, base: _settings.PackSettings) -> _settings.PackSettings:
@@ -336,6 +342,13 @@ def makeBrokerService(
         else:
             pair.add_active_service(pack)  # a passive broker is not in the pack
         readers.append(pack)
+    if settings.bridge.any:
+        bridges = _bridges(reactor, context, settings, broker, journal)
+        if pair is None:
+            bridges.setServiceParent(top)
+        else:
+            pair.add_active_service(bridges)  # a passive broker bridges nothing
+        readers.append(bridges)
     if pair is not None:
         pair.setServiceParent(top)
         readers.append(pair)
@@ -349,6 +362,31 @@ def makeBrokerService(
         gate.watch(broker.listening)
         journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
     return top
+
+
+def _bridges(
+    reactor: IReactorFDSet,
+    context: zmq.Context[zmq.Socket[bytes]],
+    settings: _settings.Settings,
+    broker: Broker,
+    journal: Journal | None,
+) -> BridgeService:
+    """The multicast bridges, named by this broker's identity."""
+    if settings.bridge.outbound and not settings.bridge.endpoint:
+        _log.warn(
+            "multicast bridges: receivers cannot repair what they lose, for no endpoint of"
+            " this broker names its address: give --bridge-endpoint tcp://ADDRESS:PORT"
+        )
+    bridges = BridgeService(
+        reactor,
+        context,
+        settings.bridge,
+        broker,
+        pack_identity(settings.data_dir).hex().upper(),
+        journal.origin_marks if journal is not None else dict,
+    )
+    bridges.setName("bridges")
+    return bridges
 
 
 def _secure(

@@ -230,3 +230,36 @@ class SessionTests(SynchronousTestCase):
         self.assertEqual(a.attachments, [1])
         self.clock.advance(2.0)
         self.assertEqual(a.attachments, [1, -1])
+
+
+class InternalSessionTests(SynchronousTestCase):
+    """Sessions of the broker's own process (a multicast bridge): attach_internal."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.broker = Broker(self.clock, BrokerConfig(timeout=5.0))
+
+    def test_neverExpired(self) -> None:
+        """An internal connection stays however long it is silent; a client's expires."""
+        bridge = InMemorySession("bridge")
+        connection = self.broker.attach_internal(bridge)
+        client = InMemorySession("client")
+        self.broker.receive(client, mlm.ConnectionOpen(address="alice"))
+        self.clock.advance(60)
+        self.broker.expire_silent()
+        self.assertIs(self.broker.registry.get(bridge), connection)
+        self.assertIsNone(self.broker.registry.get(client))
+
+    def test_patternsAnnounced(self) -> None:
+        """
+        What an internal connection reads counts as a local reading (the
+        pack announces it to its peers), unlike a remote one's.
+        """
+        internal = self.broker.attach_internal(InMemorySession("bridge"))
+        remote = self.broker.attach_remote(InMemorySession("peer"))
+        assert remote is not None
+        self.broker.streams.subscribe(internal, "prices", "EUR.*")
+        self.broker.streams.subscribe(remote, "prices", "USD.*")
+        self.assertEqual(self.broker.interests.readings(), [("prices", "EUR.*")])
+        self.broker.detach_remote(internal.session)
+        self.assertEqual(self.broker.interests.readings(), [])

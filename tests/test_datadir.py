@@ -24,7 +24,15 @@ from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack import settings as _settings
-from malamute_pack.datadir import LOCK_NAME, DataDirError, DataDirLock, DataDirService, Holder
+from malamute_pack.datadir import (
+    LOCK_NAME,
+    PACK_ID_FILE,
+    DataDirError,
+    DataDirLock,
+    DataDirService,
+    Holder,
+    pack_identity,
+)
 from malamute_pack.journal import (
     JOURNAL_MARKER,
     Journal,
@@ -361,3 +369,23 @@ class MarkerTests(TestCase):
         self.assertFalse(service.running)
         [event] = [e for e in log if e.get("log_level") == LogLevel.critical]
         self.assertIn("is missing", str(event["error"]))
+
+
+class IdentityTests(SynchronousTestCase):
+    def test_madeOnceAndKept(self) -> None:
+        """The first call makes a 16-byte identity in the data directory; later calls read it."""
+        base = Path(self.mktemp())
+        base.mkdir()
+        first = pack_identity(base)
+        self.assertEqual(len(first), 16)
+        self.assertEqual((base / PACK_ID_FILE).read_text().strip(), first.hex().upper())
+        self.assertEqual(pack_identity(base), first)
+
+    def test_damagedFileRefused(self) -> None:
+        """A pack-id file that holds no identity is refused, not replaced."""
+        base = Path(self.mktemp())
+        base.mkdir()
+        (base / PACK_ID_FILE).write_text("not hex\n")
+        with self.assertRaises(ValueError):
+            pack_identity(base)
+        self.assertEqual((base / PACK_ID_FILE).read_text(), "not hex\n")

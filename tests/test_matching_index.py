@@ -29,6 +29,16 @@ class SubscriptionTests(SynchronousTestCase):
         self.assertFalse(index.subscribe("ann", "topic:a.*"))
         self.assertEqual((len(index), index.owner_count()), (1, 1))
 
+    def test_owners(self) -> None:
+        """owners() lists every owner with a pattern, once, in the order they came."""
+        index: SubscriptionIndex[str] = SubscriptionIndex()
+        index.subscribe("b", "x.*")
+        index.subscribe("a", "y")
+        index.subscribe("b", "z")
+        self.assertEqual(index.owners(), ("b", "a"))
+        index.unsubscribe_owner("b")
+        self.assertEqual(index.owners(), ("a",))
+
     def test_identicalPatternsShareABit(self) -> None:
         """Owners with the same pattern text hang off one bit."""
         index: SubscriptionIndex[str] = SubscriptionIndex()

@@ -1,7 +1,7 @@
 """
-Tests for L{malamute_pack.pack.service}: the broker's identity in the pack,
-and two brokers' pack services in one process, finding each other through
-gossip on loopback and forwarding a stream record over real sockets.
+Tests for L{malamute_pack.pack.service}: two brokers' pack services in one
+process, finding each other through gossip on loopback and forwarding a
+stream record over real sockets.
 """
 
 from __future__ import annotations
@@ -12,33 +12,13 @@ import zmq
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
-from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.trial.unittest import TestCase
 
 from malamute_pack.broker.broker import Broker, BrokerConfig
-from malamute_pack.pack.service import PACK_ID_FILE, PackService, pack_identity
+from malamute_pack.pack.service import PackService
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import PackSettings
 from tests.memory_session import InMemorySession
-
-
-class IdentityTests(SynchronousTestCase):
-    def test_madeOnceAndKept(self) -> None:
-        """The first call makes a 16-byte identity in the data directory; later calls read it."""
-        base = Path(self.mktemp())
-        base.mkdir()
-        first = pack_identity(base)
-        self.assertEqual(len(first), 16)
-        self.assertEqual((base / PACK_ID_FILE).read_text().strip(), first.hex().upper())
-        self.assertEqual(pack_identity(base), first)
-
-    def test_damagedFileRefused(self) -> None:
-        """A pack-id file that holds no identity is refused, not replaced."""
-        base = Path(self.mktemp())
-        base.mkdir()
-        (base / PACK_ID_FILE).write_text("not hex\n")
-        with self.assertRaises(ValueError):
-            pack_identity(base)
-        self.assertEqual((base / PACK_ID_FILE).read_text(), "not hex\n")
 
 
 class TwoBrokersTests(TestCase):

@@ -35,6 +35,10 @@ its throughput (sync and async replication) against a single broker, and
 its fail-over time under load: see L{malamute_pack.bench.pair} and its
 C{--help}.
 
+``python -m malamute_pack.bench multicast ...`` measures a multicast bridge
+from one broker to two on hosts made as network namespaces (root only):
+see L{malamute_pack.bench.multicast} and its C{--help}.
+
 Tests: ``tests/test_bench.py``.
 """
 
@@ -49,6 +53,7 @@ from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 from pathlib import Path
 
+from malamute_pack.bench import multicast as multicast_bench
 from malamute_pack.bench import pack
 from malamute_pack.bench import pair as pair_bench
 from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
@@ -149,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return pack.main(arguments[1:])
     if arguments[:1] == ["pair"]:
         return pair_bench.main(arguments[1:])
+    if arguments[:1] == ["multicast"]:
+        return multicast_bench.main(arguments[1:])
     args = parse(arguments)
     names = args.scenario or (list(STREAM_SCENARIOS) if args.profile else list(SCENARIOS))
     profile = args.profile.resolve() if args.profile else None

@@ -240,8 +240,19 @@ class Broker:
         self.registry.add(connection)
         return connection
 
+    def attach_internal(self, session: Session) -> Connection:
+        """
+        Register a connection for a part of this broker's process (a
+        multicast bridge): it reads and writes streams as a local client
+        does (the pack hears its patterns), with no access control or
+        client limit, and never expires for silence.
+        """
+        connection = Connection(session, "", self._clock.seconds(), internal=True)
+        self.registry.add(connection)
+        return connection
+
     def detach_remote(self, session: Session) -> None:
-        """End the connection of a session of the pack, as if it had closed."""
+        """End the connection of a session of the pack or a bridge, as if it had closed."""
         connection = self.registry.get(session)
         if connection is not None:
             self.action_deregister(session, mlm.ConnectionClose())
@@ -517,8 +528,10 @@ class Broker:
         if self._deaf:
             return
         limit = self._clock.seconds() - self.config.timeout
-        # A pack session lives as long as its peer (ZRE's own timers say).
-        for connection in [c for c in self.registry if c.last_seen < limit and not c.remote]:
+        # A pack session lives as long as its peer (ZRE's own timers say), a
+        # bridge as long as the broker.
+        expired = [c for c in self.registry if c.last_seen < limit and not (c.remote or c.internal)]
+        for connection in expired:
             _log.info(
                 "{connection} expired after {timeout}s of silence",
                 connection=connection,

@@ -53,6 +53,9 @@ class Connection:
         of this broker: it is never announced to peers, takes only what was
         first written here, and gets service requests only when no local
         worker can.
+    @ivar internal: it stands for a part of this broker's process (a
+        multicast bridge, L{malamute_pack.multicast}): a local reader or
+        writer whose patterns the pack announces, never expired for silence.
     @ivar history: the streams it asked to read from a position (earliest,
         a sequence number or a time): records a peer replays from its
         history reach it live; a reader from the latest never gets them.
@@ -75,6 +78,7 @@ class Connection:
     dropped: int = 0
     stalled: bool = False
     remote: bool = False
+    internal: bool = False
     history: set[str] = field(default_factory=set)
     ranges: dict[str, RangeRead] = field(default_factory=dict)
 

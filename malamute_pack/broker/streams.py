@@ -42,6 +42,10 @@ from malamute_pack.protocol import mlm
 
 _log = Logger()
 
+# The subject of a notice: a record every reader of its stream gets, whatever
+# its patterns (L{Streams.write_notice}; docs/multicast.md).
+NOTICE = "$gap"
+
 # StreamRecord(...) without the named tuple's Python-level __new__: one is
 # made for every message written.
 _new_record = partial(tuple.__new__, StreamRecord)
@@ -181,6 +185,26 @@ class Streams:
             history,
         )
 
+    def write_notice(self, writer: Connection, name: str, record: StreamRecord) -> None:
+        """
+        Journal a notice on C{name} (a record with C{origin} set and the
+        subject L{NOTICE}: what a multicast bridge could not recover) and
+        deliver it to every reader of the stream, whatever its patterns;
+        replays deliver it to every reader too.
+        """
+        assert record.origin and record.subject == NOTICE, record
+        self._publish(
+            self.require(name),
+            writer,
+            record.timestamp,
+            record.subject,
+            record.content,
+            record.sender,
+            record.origin,
+            record.origin_seq,
+            everyone=True,
+        )
+
     def _publish(
         self,
         stream: Stream,
@@ -192,8 +216,12 @@ class Streams:
         origin: str = "",
         origin_seq: int = 0,
         history: bool = False,
+        everyone: bool = False,
     ) -> None:
-        """Journal a record on C{stream} and deliver it to the live readers it matches."""
+        """
+        Journal a record on C{stream} and deliver it to the live readers it
+        matches (C{everyone}: to all its readers).
+        """
         name = stream.name
         if sender is None:
             sender = writer.address
@@ -203,7 +231,7 @@ class Streams:
             seq = self._last_seq.get(name, 0) + 1
             self._last_seq[name] = seq
         stream.messages += 1
-        readers = stream.readers.match(subject)
+        readers = stream.readers.owners() if everyone else stream.readers.match(subject)
         if not readers:
             return
         record = _new_record((name, seq, now, sender, subject, content, origin, origin_seq))
@@ -407,7 +435,10 @@ class Streams:
             if record.seq < behind[name]:
                 continue
             own = record.sender != "" and record.sender == connection.address
-            if not own and matches(connection, record.subject):
+            subject = record.subject
+            if not own and (
+                matches(connection, subject) or (subject == NOTICE and record.origin != "")
+            ):
                 if not connection.can_take():
                     behind[name] = record.seq
                     return

@@ -137,6 +137,10 @@ class SubscriptionIndex(Generic[K]):
         """How many distinct owners hold at least one pattern."""
         return len(self._patterns_of)
 
+    def owners(self) -> tuple[K, ...]:
+        """Every owner holding at least one pattern, in the order they came."""
+        return tuple(self._patterns_of)
+
     def __len__(self) -> int:
         """How many distinct pattern bits are in use."""
         return len(self._bit_of)

@@ -13,9 +13,7 @@ Tests: ``tests/test_pack_service.py``.
 
 from __future__ import annotations
 
-import os
 import socket
-import uuid as uuid_module
 from pathlib import Path
 from typing import Any
 
@@ -24,37 +22,13 @@ from twisted.application.service import Service
 from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
+from malamute_pack.datadir import pack_identity
 from malamute_pack.journal import Journal
 from malamute_pack.pack.federation import HEADER_PACK, HEADER_PROTOCOL, PROTOCOL, Pack
 from malamute_pack.pack.zyre import MAX_FRAME_BYTES, Zyre
 from malamute_pack.settings import PackSettings
 
 _log = Logger()
-
-PACK_ID_FILE = "pack-id"
-
-
-def pack_identity(data_dir: Path) -> bytes:
-    """
-    This broker's 16-byte identity in the pack, from C{data_dir}'s
-    C{pack-id} file (32 hex digits), made there on the first call.
-    """
-    path = data_dir / PACK_ID_FILE
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        identity = uuid_module.uuid4().bytes
-        scratch = path.with_suffix(".new")
-        scratch.write_text(identity.hex().upper() + "\n")
-        os.replace(scratch, path)
-        return identity
-    try:
-        identity = bytes.fromhex(text)
-    except ValueError:
-        identity = b""
-    if len(identity) != 16:
-        raise ValueError(f"{path} does not hold a pack identity (32 hex digits): {text[:40]!r}")
-    return identity
 
 
 class PackService(Service):

@@ -1,0 +1,286 @@
+"""
+Tests for L{malamute_pack.multicast.publisher}, the outbound session of
+L{malamute_pack.multicast.sessions} and L{malamute_pack.multicast.sockets}:
+a publisher on a fake C{send}, then an outbound bridge reading a real
+broker's journaled stream and publishing on a real PUB socket (no
+multicast: tcp on loopback, inproc), read by a real SUB.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import zmq
+from twisted.internet.task import Clock
+from twisted.logger import LogLevel, formatEvent
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from malamute_pack.broker.broker import Broker, BrokerConfig
+from malamute_pack.journal import Journal, JournalConfig
+from malamute_pack.multicast import sockets
+from malamute_pack.multicast.publisher import STALLED, Publisher
+from malamute_pack.multicast.sessions import OutboundSession
+from malamute_pack.protocol import mlm, multicast
+from malamute_pack.protocol.multicast import Header
+from tests.memory_session import InMemorySession
+from tests.multicast_support import Wire, clock, settle, wait_for
+from tests.support import capture_log
+
+
+class Sent:
+    """A socket's C{send} that keeps what it is given, or refuses while C{full}."""
+
+    def __init__(self) -> None:
+        self.messages: list[list[bytes]] = []
+        self.full = False
+
+    def __call__(self, frames: Sequence[bytes]) -> bool:
+        if self.full:
+            return False
+        self.messages.append(list(frames))
+        return True
+
+    def headers(self) -> list[Header]:
+        return [multicast.decode(frames)[0] for frames in self.messages]
+
+
+class PublisherTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.sent = Sent()
+        self.publisher = Publisher(
+            Clock(), self.sent, "origin-1", "tcp://10.0.0.1:9999", "weather", "temp.*"
+        )
+
+    def test_record(self) -> None:
+        """
+        A record is sent as its header (the bridge's origin, endpoint,
+        stream and pattern, the record's number, time in microseconds,
+        sender and subject) and its content frames, as they were.
+        """
+        self.assertTrue(self.publisher.publish(4, 1700000000.25, "station", "temp.x", [b"a", b""]))
+        [(header, content)] = [multicast.decode(m) for m in self.sent.messages]
+        self.assertEqual(
+            header,
+            Header(
+                "origin-1", "weather", 4, 0, 1_700_000_000_250_000, "tcp://10.0.0.1:9999",
+                "temp.*", "station", "temp.x",
+            ),
+        )  # fmt: skip
+        self.assertEqual(content, [b"a", b""])
+        counters = self.publisher.counters
+        self.assertEqual((counters.published, self.publisher.prev), (1, 4))
+        self.assertEqual(counters.bytes, sum(map(len, self.sent.messages[0])))
+
+    def test_prevChain(self) -> None:
+        """
+        Each record names the one published before it (0 for the first), so
+        the holes a pattern leaves in the numbers are no loss.
+        """
+        for seq in (3, 4, 9):
+            self.publisher.publish(seq, 1.0, "", "temp", [])
+        self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(3, 0), (4, 3), (9, 4)])
+
+    def test_sentAlready(self) -> None:
+        """A record numbered at or below the last published is taken and not sent again."""
+        self.publisher.publish(5, 1.0, "", "temp", [])
+        self.assertTrue(self.publisher.publish(5, 1.0, "", "temp", []))
+        self.assertTrue(self.publisher.publish(2, 1.0, "", "temp", []))
+        self.assertEqual(len(self.sent.messages), 1)
+        self.assertEqual(self.publisher.counters.published, 1)
+
+    def test_unfit(self) -> None:
+        """
+        A record whose subject or sender a header cannot carry is counted
+        and skipped (taken, not sent); the next record names the last one
+        sent as its predecessor, so receivers see the loss.
+        """
+        self.publisher.publish(1, 1.0, "", "temp", [])
+        self.assertTrue(self.publisher.publish(2, 1.0, "", "t" * 256, []))
+        self.assertTrue(self.publisher.publish(3, 1.0, "s" * 300, "temp", []))
+        self.assertEqual(self.publisher.counters.unfit, 2)
+        self.assertEqual(self.publisher.prev, 1)
+        self.publisher.publish(4, 1.0, "", "temp", [])
+        self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(1, 0), (4, 1)])
+
+    def test_full(self) -> None:
+        """
+        When the socket cannot take a record, publish says so (False), counts
+        it and leaves the chain as it was: the record sent later names the
+        same predecessor.
+        """
+        self.publisher.publish(1, 1.0, "", "temp", [])
+        self.sent.full = True
+        self.assertFalse(self.publisher.publish(2, 1.0, "", "temp", []))
+        self.assertEqual((self.publisher.prev, self.publisher.counters.full), (1, 1))
+        self.sent.full = False
+        self.assertTrue(self.publisher.publish(2, 1.0, "", "temp", []))
+        self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(1, 0), (2, 1)])
+        self.assertEqual(self.publisher.counters.published, 2)
+
+    def test_stalledSaid(self) -> None:
+        """
+        A socket that refuses every record for STALLED seconds is logged as
+        an error once per period (NORM's stall in libzmq 4.3.4 is otherwise
+        silent); one that takes records again is not.
+        """
+        clock = Clock()
+        publisher = Publisher(clock, self.sent, "o", "", "weather", ".*")
+        errors = capture_log(self)
+        self.sent.full = True
+        publisher.publish(1, 1.0, "", "s", [])
+        clock.advance(STALLED - 1)
+        publisher.publish(1, 1.0, "", "s", [])
+        self.assertEqual([e for e in errors if e["log_level"] == LogLevel.error], [])
+        clock.advance(1)
+        publisher.publish(1, 1.0, "", "s", [])
+        [said] = [e for e in errors if e["log_level"] == LogLevel.error]
+        self.assertIn("has taken nothing for 10s", formatEvent(said))
+        self.sent.full = False
+        publisher.publish(1, 1.0, "", "s", [])
+        self.sent.full = True
+        clock.advance(STALLED)
+        publisher.publish(2, 1.0, "", "s", [])
+        self.assertEqual(len([e for e in errors if e["log_level"] == LogLevel.error]), 1)
+
+    def test_nameTooLong(self) -> None:
+        """A stream or pattern no header could carry is refused when the publisher is made."""
+        with self.assertRaises(ValueError):
+            Publisher(Clock(), self.sent, "o", "", "s", "p" * 256)
+
+
+class BridgeTestCase(TestCase):
+    """
+    A broker journaling to a temporary directory, a writer on its stream
+    C{s}, and a PUB and SUB made by L{sockets} (a L{Wire}).
+    """
+
+    stream = "s"
+
+    def setUp(self) -> None:
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.addCleanup(self.context.destroy, 0)
+        path = Path(self.mktemp())
+        path.mkdir()
+        self.journal = Journal(path / "journal.sqlite", clock, JournalConfig())
+        self.journal.open()
+        self.addCleanup(self.journal.close)
+        self.broker = Broker(clock, BrokerConfig(stall_retry=0.01), self.journal)
+        self.broker.start()
+        self.addCleanup(self.broker.stop)
+        self.writer = InMemorySession("writer")
+        self.broker.receive(self.writer, mlm.ConnectionOpen(version=2, address="w"))
+        self.broker.receive(self.writer, mlm.StreamWrite(self.stream))
+        self.wire = Wire(self, self.context, self.url())
+
+    def url(self) -> str:
+        return "tcp://127.0.0.1:*"
+
+    async def bridge(self, pattern: str = ".*") -> OutboundSession:
+        """An outbound bridge on the stream, once the SUB has subscribed."""
+        await self.wire.subscribed()
+        publisher = Publisher(
+            clock, self.wire.pub.send, "origin-a", "tcp://10.0.0.1:9999", self.stream, pattern
+        )
+        session = OutboundSession(publisher)
+        session.attach(self.broker)
+        return session
+
+    def write(self, *subjects: str) -> None:
+        for subject in subjects:
+            self.broker.receive(self.writer, mlm.StreamSend(subject, [subject.encode(), b"x"]))
+
+
+class OutboundTests(BridgeTestCase):
+    async def test_published(self) -> None:
+        """
+        Records written to the stream after the bridge attached are published
+        on the PUB, in order, each with its stream sequence number, the
+        previous one's, the writer and subject, and its content.
+        """
+        self.write("before")
+        session = await self.bridge()
+        self.write("a", "b", "c")
+        await wait_for(lambda: len(self.wire.received) == 3)
+        records = self.wire.records()
+        self.assertEqual([(h.seq, h.prev) for h, _ in records], [(2, 0), (3, 2), (4, 3)])
+        self.assertEqual(
+            [(h.subject, h.sender) for h, _ in records], [("a", "w"), ("b", "w"), ("c", "w")]
+        )
+        self.assertEqual([c for _, c in records], [[b"a", b"x"], [b"b", b"x"], [b"c", b"x"]])
+        header = records[0][0]
+        self.assertEqual(
+            (header.origin, header.stream, header.endpoint, header.pattern),
+            ("origin-a", "s", "tcp://10.0.0.1:9999", ".*"),
+        )
+        self.assertLess(abs(header.timestamp / 1e6 - time.time()), 10)
+        self.assertEqual(session.publisher.counters.published, 3)
+        self.assertIn("'s' (.*)", repr(session))
+
+    async def test_pattern(self) -> None:
+        """Only the records the bridge's pattern finds are published; prev skips the others."""
+        await self.bridge("temp.*")
+        self.write("temp.1", "wind.2", "wind.3", "temp.4")
+        await wait_for(lambda: len(self.wire.received) == 2)
+        await settle(0.05)
+        records = self.wire.records()
+        self.assertEqual(
+            [(h.seq, h.prev, h.subject) for h, _ in records], [(1, 0, "temp.1"), (4, 1, "temp.4")]
+        )
+
+    async def test_detached(self) -> None:
+        """Once the bridge's session is detached nothing more is published."""
+        session = await self.bridge()
+        self.write("a")
+        await wait_for(lambda: len(self.wire.received) == 1)
+        self.broker.detach_remote(session)
+        self.write("b")
+        await settle(0.05)
+        self.assertEqual(len(self.wire.received), 1)
+        self.assertIsNone(self.broker.registry.get(session))
+
+
+class BackpressureTests(BridgeTestCase):
+    """
+    A PUB whose queue fills (its high-water marks made tiny; inproc, so no
+    kernel buffer hides them): records wait in the journal, not in memory.
+    """
+
+    def setUp(self) -> None:
+        self.patch(sockets, "HWM", 4)
+        super().setUp()
+
+    def url(self) -> str:
+        return f"inproc://bridge-{id(self)}"
+
+    async def test_fallBehindAndCatchUp(self) -> None:
+        """
+        While the SUB reads nothing the PUB's queue fills, a send fails
+        (no drop: XPUB_NODROP) and the bridge falls behind onto the journal;
+        once the SUB drains, the broker's retry timer publishes the rest from
+        the journal and then live, in order: every record once, each naming
+        the one before it.
+        """
+        session = await self.bridge()
+        self.wire.sub.pauseReading()
+        self.write(*[f"r{n}" for n in range(1, 31)])
+        connection = self.broker.registry.get(session)
+        assert connection is not None
+        await wait_for(lambda: session.publisher.counters.full > 2)
+        self.assertIn(self.stream, connection.behind)
+        self.assertLess(session.publisher.prev, 30)
+        self.write(*[f"r{n}" for n in range(31, 41)])
+        await settle(0.05)
+        self.wire.sub.resumeReading()
+        await wait_for(lambda: len(self.wire.received) >= 40)
+        await settle(0.05)
+        records = self.wire.records()
+        self.assertEqual([h.seq for h, _ in records], list(range(1, 41)))
+        self.assertEqual([h.prev for h, _ in records], list(range(0, 40)))
+        self.assertEqual([h.subject for h, _ in records], [f"r{n}" for n in range(1, 41)])
+        self.assertNotIn(self.stream, connection.behind)
+        # Live again: the next record goes straight out.
+        self.write("r41")
+        await wait_for(lambda: len(self.wire.received) == 41)
+        self.assertEqual(self.broker.streams.dropped, 0)
