@@ -22,10 +22,11 @@ from malamute_pack.multicast.config import (
     parse_outbound,
     repair_endpoint,
     unavailable,
+    zmq_url,
 )
 from malamute_pack.zpl import parse_zpl
 
-EPGM = "epgm://eth0;239.192.1.1:5555"
+EPGM = "epgm://lo;239.192.1.1:5555"
 
 
 def without_multicast(capability: str) -> bool:
@@ -46,8 +47,8 @@ class ParseOutboundTests(SynchronousTestCase):
     def test_pattern(self) -> None:
         """STREAM:PATTERN=URL gives the pattern; a pattern may itself hold ':'."""
         self.assertEqual(
-            parse_outbound("weather:temp.*=norm://eth0;239.1.1.1:7000"),
-            Outbound("weather", "temp.*", "norm://eth0;239.1.1.1:7000"),
+            parse_outbound("weather:temp.*=norm://lo;239.1.1.1:7000"),
+            Outbound("weather", "temp.*", "norm://lo;239.1.1.1:7000"),
         )
         self.assertEqual(
             parse_outbound("weather:prefix:temp.=tcp://127.0.0.1:7002"),
@@ -78,8 +79,8 @@ class ParseOutboundTests(SynchronousTestCase):
             (f"={EPGM}", "STREAM[:PATTERN]=URL"),
             ("weather=239.1.1.1:5555", "STREAM[:PATTERN]=URL"),
             (f":temp={EPGM}", "names no stream"),
-            ("weather=epgm://eth0", "epgm://IFACE;GROUP:PORT"),
-            ("weather=norm://eth0;group:7000", "norm://IFACE;GROUP:PORT"),
+            ("weather=epgm://lo", "epgm://IFACE;GROUP:PORT"),
+            ("weather=norm://lo;group:7000", "norm://IFACE;GROUP:PORT"),
         ]:
             with self.assertRaises(BridgeConfigError, msg=spec) as e:
                 parse_outbound(spec)
@@ -115,7 +116,7 @@ class ParseInboundTests(SynchronousTestCase):
 
     def test_refused(self) -> None:
         """A spec that is not URL=STREAM is refused, saying the form."""
-        for spec in ["weather", f"{EPGM}=", f"weather={EPGM}", "=weather", "epgm://eth0=s"]:
+        for spec in ["weather", f"{EPGM}=", f"weather={EPGM}", "=weather", "epgm://lo=s"]:
             with self.assertRaises(BridgeConfigError, msg=spec) as e:
                 parse_inbound(spec)
             self.assertTrue(
@@ -130,11 +131,26 @@ class CheckTests(SynchronousTestCase):
         check(
             BridgeSettings(
                 outbound=(Outbound("a", ".*", EPGM), Outbound("b", ".*", EPGM)),
-                inbound=(Inbound("norm://eth0;239.1.1.2:7000", "c"),),
+                inbound=(Inbound("norm://lo;239.1.1.2:7000", "c"),),
             ),
             with_everything,
         )
         check(BridgeSettings(), without_multicast)
+
+    def test_unknownInterface(self) -> None:
+        """
+        A PGM URL naming an interface this host does not have is refused,
+        naming it; an address or a network is taken as it is, and a name
+        becomes its address for libzmq (which takes no name for PGM).
+        """
+        url = "epgm://nosuchif0;239.1.1.1:5555"
+        with self.assertRaises(BridgeConfigError) as caught:
+            check(BridgeSettings(outbound=(Outbound("s", ".*", url),)))
+        self.assertIn("'nosuchif0'", str(caught.exception))
+        for given in ("epgm://10.0.0.1;239.1.1.1:5555", "pgm://10.0.0.0/24;239.1.1.1:5555"):
+            self.assertEqual(zmq_url(given), given)
+        self.assertEqual(zmq_url("epgm://lo;239.1.1.1:5555"), "epgm://127.0.0.1;239.1.1.1:5555")
+        self.assertEqual(zmq_url("norm://lo;239.1.1.1:5555"), "norm://lo;239.1.1.1:5555")
 
     def test_badNumbers(self) -> None:
         """A rate, recovery interval or hop count below 1 is refused, naming it."""
@@ -197,7 +213,7 @@ class CheckTests(SynchronousTestCase):
             asked.append(capability)
             return capability == "pgm"
 
-        settings = BridgeSettings(inbound=(Inbound("norm://eth0;239.1.1.2:7000", "c"),))
+        settings = BridgeSettings(inbound=(Inbound("norm://lo;239.1.1.2:7000", "c"),))
         with self.assertRaises(BridgeConfigError) as e:
             check(settings, has)
         self.assertIn("NORM", str(e.exception))
@@ -214,7 +230,7 @@ class CheckTests(SynchronousTestCase):
         self.assertIsNone(unavailable("tcp://127.0.0.1:7002", has))
         self.assertIsNone(unavailable("ipc://@/bridge", has))
         self.assertEqual(asked, [])
-        self.assertIsNotNone(unavailable("pgm://eth0;239.1.1.1:5555", has))
+        self.assertIsNotNone(unavailable("pgm://lo;239.1.1.1:5555", has))
         self.assertEqual(asked, ["pgm"])
 
 

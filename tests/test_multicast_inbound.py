@@ -28,6 +28,7 @@ from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.reactor_client import MalamuteClient
 from malamute_pack.journal import JournalConfig, RetentionPolicy
 from malamute_pack.multicast import inbound
+from malamute_pack.multicast import repair as repair_module
 from malamute_pack.multicast.inbound import MAX_FLOWS, Flow, InboundBridge
 from malamute_pack.multicast.repair import TcpRepairs
 from malamute_pack.protocol import mlm, multicast
@@ -188,6 +189,25 @@ class InboundTests(BridgeMixin, SynchronousTestCase):
         self.assertEqual(self.marks, {(LOCAL, KEY): 3})
         self.assertEqual((self.bridge.counters.received, self.bridge.counters.written), (3, 3))
         self.assertEqual(self.repairs.started, [])
+
+    def test_shedWhilePausedThenRepaired(self) -> None:
+        """
+        While paused (the journal behind) what arrives is shed, counted and
+        not written; resumed, one repair reads what was shed, from the mark.
+        A flow first heard while paused is not repaired: it joins later.
+        """
+        self.receive((1, 0))
+        self.bridge.pause()
+        self.receive((2, 1), (3, 2))
+        self.bridge.received([frames(7, 0, origin="other")])
+        self.assertEqual((self.bridge.counters.shed, origin_seqs(self.reader)), (3, [1]))
+        self.assertEqual(self.repairs.started, [])
+        self.bridge.resume()
+        self.assertEqual(self.repairs.started, [(KEY, 1)])
+        self.bridge.repaired(self.flow, 2, 1.0, "w", "s", [b""])
+        self.bridge.repaired(self.flow, 3, 1.0, "w", "s", [b""])
+        self.assertEqual(origin_seqs(self.reader), [1, 2, 3])
+        self.assertEqual(self.repairs.stopped, [(KEY, 3)])
 
     def test_patternHolesAreNoLoss(self) -> None:
         """
@@ -665,6 +685,34 @@ class TcpRepairsTests(TestCase):
         await probe.close()
         assert first.sequence is not None
         return first.sequence
+
+    async def test_repairWaitsForTheJournal(self) -> None:
+        """
+        A repair reads with credit: the origin sends at most a window of
+        records ahead, and none more while the bridge sheds (this broker's
+        journal is behind, its read gate closed); once it takes records
+        again the repair goes on to the end, each record once, in order.
+        """
+        self.patch(repair_module, "WINDOW", 4)
+        endpoint = self.start_origin()
+        await self.write(endpoint, 30, lambda seq: f"temp.{seq}")
+        bridge, _ = self.bridge(stall=5.0)
+        bridge.received(
+            [
+                frames(1, 0, [b"r1", b"more"], endpoint=endpoint, pattern=""),
+                frames(30, 29, [b"r30", b"more"], endpoint=endpoint, pattern=""),
+            ]
+        )
+        bridge.pause()  # before the repair's client has even connected
+        flow = bridge.flows[ORIGIN, ORIGIN_STREAM]
+        await wait_for(lambda: flow.mark >= 5)
+        await deferLater(_clock, 0.3, lambda: None)
+        held_back = flow.mark
+        self.assertLessEqual(held_back, 1 + 4 + 2)  # a window, and what it granted
+        self.assertTrue(flow.repairing)
+        bridge.resume()
+        await wait_for(lambda: not flow.repairing)
+        self.assertEqual(origin_seqs(self.reader), list(range(1, 31)))
 
     async def test_repairReadsTheMissingRecords(self) -> None:
         """

@@ -18,11 +18,14 @@ Tests: ``tests/test_multicast_config.py``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import psutil
 import zmq
 
 from malamute_pack.matching import PatternError, validate_pattern
@@ -137,6 +140,28 @@ def parse_inbound(spec: str) -> Inbound:
     return Inbound(url, stream)
 
 
+def zmq_url(url: str) -> str:
+    """
+    C{url} as libzmq takes it: for PGM, an interface given by name becomes
+    its IPv4 address.
+
+    @raise ValueError: no interface of that name has an IPv4 address.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("epgm", "pgm") or ";" not in rest:
+        return url
+    interface, _, group = rest.partition(";")
+    try:
+        ipaddress.ip_network(interface, strict=False)
+        return url  # an address or a network already
+    except ValueError:
+        pass
+    for entry in psutil.net_if_addrs().get(interface, []):
+        if entry.family == socket.AF_INET:
+            return f"{scheme}://{entry.address};{group}"
+    raise ValueError(f"{url}: no interface named {interface!r} with an IPv4 address")
+
+
 def unavailable(url: str, has: Callable[[str], bool] = zmq.has) -> str | None:
     """
     Why this process cannot carry a bridge on C{url}, or None if it can.
@@ -180,6 +205,10 @@ def check(settings: BridgeSettings, has: Callable[[str], bool] = zmq.has) -> Non
         reason = unavailable(url, has)
         if reason is not None:
             raise BridgeConfigError(reason)
+        try:
+            zmq_url(url)
+        except ValueError as e:
+            raise BridgeConfigError(str(e)) from None
 
 
 def _number(key: str, value: str) -> int:

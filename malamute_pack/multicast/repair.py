@@ -4,7 +4,10 @@ broker's journal as an ordinary MLM reader (protocol version 2, from a
 sequence number), with the origin bridge's pattern, by a
 L{MalamuteClient} per flow that lives as long as the repair.
 
-A repair that makes no progress for C{stall} seconds (the origin is
+The origin sends with credit: at most L{WINDOW} records ahead of what is
+written here, and none more while this broker's journal is behind (its
+read gate closed: the bridge sheds), so a long repair cannot outrun the
+disk. A repair that makes no progress for C{stall} seconds (the origin is
 unreachable, or silent) fails: the bridge reports what is still missing
 as lost rather than hold the stream back for ever.
 
@@ -29,6 +32,10 @@ _log = Logger()
 
 # Seconds a repair may go without a record before it fails.
 DEFAULT_STALL = 5.0
+# Records the origin may send ahead of what is written (credit), and how
+# often a repair held back by this broker's journal looks again.
+WINDOW = 2_000
+POLL = 0.1
 
 
 class _Repair:
@@ -39,6 +46,8 @@ class _Repair:
         self.bridge = bridge
         self.client: MalamuteClient | None = None
         self.watchdog: IDelayedCall | None = None
+        self.poll: IDelayedCall | None = None
+        self.taken = 0  # records written since credit was last granted
         self.stopped = False
 
 
@@ -86,8 +95,9 @@ class TcpRepairs:
         if repair is None:
             return
         repair.stopped = True
-        if repair.watchdog is not None and repair.watchdog.active():
-            repair.watchdog.cancel()
+        for call in (repair.watchdog, repair.poll):
+            if call is not None and call.active():
+                call.cancel()
         if repair.client is not None:
             repair.client.close().addErrback(lambda failure: None)
 
@@ -97,6 +107,7 @@ class TcpRepairs:
             return
         repair.client = client
         flow = repair.flow
+        client.credit(WINDOW)
         client.set_consumer(flow.stream, flow.pattern, mlm.SEQUENCE, flow.mark + 1).addErrback(
             self._failed, repair
         )
@@ -121,6 +132,27 @@ class TcpRepairs:
             delivery.subject,
             delivery.content,
         )
+        repair.taken += 1
+        if repair.taken >= WINDOW // 2 and repair.poll is None:
+            self._grant(repair)
+
+    def _grant(self, repair: _Repair) -> None:
+        """
+        Let the origin send as much again as was written, unless this
+        broker's journal is behind (its bridge sheds): then look again soon.
+        """
+        repair.poll = None
+        if repair.stopped or repair.client is None or not repair.taken:
+            return
+        if repair.bridge.shedding:
+            self._arm(repair)  # waiting on this broker is no silence of the origin
+            repair.poll = self._clock.callLater(POLL, self._grant, repair)
+            return
+        try:
+            repair.client.credit(repair.taken)
+        except ClientError:
+            return  # closing
+        repair.taken = 0
 
     def _gap(self, repair: _Repair, gap: Gap) -> None:
         if not repair.stopped:

@@ -13,7 +13,8 @@ Without it a PUB over the rate drops silently.
 Two facts of libzmq 4.3 (measured in network namespaces) shape the rest:
 
 - PGM takes the interface as an address: C{epgm://eth0;...} is refused
-  (EINVAL). L{zmq_url} puts the interface's IPv4 address in its place.
+  (EINVAL). L{zmq_url} puts the interface's IPv4 address in its place
+  (and L{malamute_pack.multicast.config.check} refuses an unknown name).
 - A PGM SUB whose queue reaches its high-water mark aborts the process
   (an assertion in C{pgm_receiver.cpp}). So the SUB has none (C{RCVHWM} 0)
   and is never left unread: the bridge's rate must suit its slowest
@@ -25,14 +26,11 @@ Tests: ``tests/test_multicast_outbound.py``, ``tests/test_multicast_inbound.py``
 
 from __future__ import annotations
 
-import ipaddress
-import socket as _socket
 from typing import Final
 
-import psutil
 import zmq
 
-from malamute_pack.multicast.config import MULTICAST, BridgeSettings
+from malamute_pack.multicast.config import MULTICAST, BridgeSettings, zmq_url
 from malamute_pack.protocol.multicast import SIGNATURE
 
 # Messages queued in ZeroMQ on either side, and the kernel's socket buffers:
@@ -43,28 +41,6 @@ BUFFER_BYTES: Final = 8 * 1024 * 1024
 
 def _multicast(url: str) -> bool:
     return url.split("://", 1)[0] in MULTICAST
-
-
-def zmq_url(url: str) -> str:
-    """
-    C{url} as libzmq takes it: for PGM, an interface given by name becomes
-    its IPv4 address.
-
-    @raise ValueError: no interface of that name has an IPv4 address.
-    """
-    scheme, _, rest = url.partition("://")
-    if scheme not in ("epgm", "pgm") or ";" not in rest:
-        return url
-    interface, _, group = rest.partition(";")
-    try:
-        ipaddress.ip_network(interface, strict=False)
-        return url  # an address or a network already
-    except ValueError:
-        pass
-    for entry in psutil.net_if_addrs().get(interface, []):
-        if entry.family == _socket.AF_INET:
-            return f"{scheme}://{entry.address};{group}"
-    raise ValueError(f"{url}: no interface named {interface!r} with an IPv4 address")
 
 
 def _options(socket: zmq.Socket[bytes], settings: BridgeSettings) -> None:
