@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -40,12 +38,10 @@ from typing import Any, ClassVar
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from malamute_pack.bench.brokerprocess import (
-    PROJECT_ROOT,
     BrokerProcess,
-    checkout_environment,
-    python_command,
 )
 from malamute_pack.bench.netns import Host, Lan, netns_available
+from tests import client_job
 from tests.support import skip_slow
 
 CLIENT_SUBNET = "10.77.41"
@@ -208,72 +204,18 @@ def client_main() -> None:
 _CLIENT = "from tests.pair_system_support import client_main; client_main()"
 
 
-class ClientJob:
+class ClientJob(client_job.ClientJob):
     """
     A client program (L{client_main}) on a host, its output in a file: a
     load runs until L{stop}; the others end by themselves (L{records}).
     """
 
     def __init__(self, host: Host, job: Record, directory: Path, name: str) -> None:
-        self.name = name
-        self.output = directory / f"{name}.out"
-        self.errors = directory / f"{name}.err"
-        self.stop_file = directory / f"{name}.stop"
-        job = {**job, "stop": str(self.stop_file)}
-        with self.output.open("wb") as out, self.errors.open("wb") as err:
-            self.process = subprocess.Popen(
-                python_command(host.name, "-c", _CLIENT, json.dumps(job)),
-                cwd=PROJECT_ROOT,
-                env=checkout_environment(PYTHONUNBUFFERED="1"),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
-
-    def lines(self) -> list[Record]:
-        """What it wrote so far (a line being written is left for later)."""
-        text = self.output.read_text(errors="replace")
-        return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+        super().__init__(host, job, directory, name, _CLIENT)
 
     def acknowledged(self) -> int:
         """How many of its letters or appends were acknowledged so far."""
         return sum(1 for r in self.lines() if "id" in r or "first" in r)
-
-    def stop(self) -> None:
-        """Tell a load to end (after the letter or append under way)."""
-        self.stop_file.touch()
-
-    def records(self, timeout: float) -> list[Record]:
-        """
-        Every line once it exited; the last line (C{done}, C{subjects},
-        C{rows}) included.
-
-        @raise AssertionError: it did not exit in time (it is killed) or failed.
-        """
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(
-                f"client {self.name} did not end within {timeout}s: {self.stderr()}"
-            ) from None
-        if self.process.returncode != 0:
-            raise AssertionError(
-                f"client {self.name} exited with {self.process.returncode}: {self.stderr()}"
-            )
-        return self.lines()
-
-    def stderr(self) -> str:
-        try:
-            return self.errors.read_text(errors="replace")[-3000:] or "(nothing on stderr)"
-        except OSError:
-            return "(no stderr)"
-
-    def kill(self) -> None:
-        """SIGKILL it by its pid and reap it (a no-op once it exited)."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait()
 
 
 # The checks.

@@ -223,16 +223,8 @@ class RepairTests(BridgedBrokersTestCase):
         repaired from A's journal over the endpoint A's headers name, and
         B's stream has every record of A's, in order, each once.
         """
-        endpoint = fresh_ipc_endpoint("bridge-a")
-        a = BridgeSettings(outbound=(Outbound("s", ".*", ANY),), endpoint=endpoint)
-        self.a = InProcessBroker(self, self.context, Path(self.mktemp()), endpoint, a)
-        self.a.start()
-        self.writer = await self.client(endpoint)
-        await self.writer.set_producer("s")
-        [(url, publisher)] = self.bridges(self.a).publishers
-        self.publisher = publisher
-        await self.start_b(url)
-        await self.joined()
+        publisher = await self.start_a_repairable()
+        self.received.clear()
         self.writer.send("r1", [b""])
         await wait_for(lambda: len(self.received) == 1)
         await self.reader.close()

@@ -49,11 +49,11 @@ from malamute_pack.bench.brokerprocess import (
     BrokerProcess,
     checkout_environment,
     fresh_ipc_endpoint,
-    python_command,
     twistd_command,
 )
 from malamute_pack.bench.netns import Host, Lan, netns_available
 from malamute_pack.matching import parse_pattern
+from tests.client_job import ClientJob
 from tests.support import skip_slow
 
 SUBNET = "10.77.61"
@@ -256,48 +256,11 @@ def client_main() -> None:
 _CLIENT = "from tests.test_multicast_system import client_main; client_main()"
 
 
-class Job:
+class Job(ClientJob):
     """A client program (L{client_main}) on a host, its output in a file."""
 
     def __init__(self, host: Host, job: Record, directory: Path, name: str) -> None:
-        self.name = name
-        self.output = directory / f"{name}.out"
-        self.errors = directory / f"{name}.err"
-        self.stop_file = directory / f"{name}.stop"
-        job = {**job, "stop": str(self.stop_file)}
-        with self.output.open("wb") as out, self.errors.open("wb") as err:
-            self.process = subprocess.Popen(
-                python_command(host.name, "-c", _CLIENT, json.dumps(job)),
-                cwd=PROJECT_ROOT,
-                env=checkout_environment(PYTHONUNBUFFERED="1"),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
-
-    def lines(self) -> list[Record]:
-        """What it wrote so far (a line being written is left for later)."""
-        text = self.output.read_text(errors="replace")
-        return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
-
-    def wait(self, key: str, least: int = 0, timeout: float = 30.0) -> None:
-        """
-        Wait until it wrote a line with C{key} whose value is at least C{least}.
-
-        @raise AssertionError: it exited first or C{timeout} passed.
-        """
-        deadline = time.monotonic() + timeout
-        while not any(line.get(key, -1) >= least for line in self.lines()):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"client {self.name} wrote no {key} >= {least} within {timeout}s"
-                    f" (exit {self.process.poll()}): {self.stderr()}"
-                )
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        """Tell a reader to end once nothing more comes."""
-        self.stop_file.touch()
+        super().__init__(host, job, directory, name, _CLIENT)
 
     def result(self, timeout: float) -> Record:
         """
@@ -305,30 +268,7 @@ class Job:
 
         @raise AssertionError: it did not exit in time (it is killed) or failed.
         """
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(
-                f"client {self.name} did not end within {timeout}s: {self.stderr()}"
-            ) from None
-        if self.process.returncode != 0:
-            raise AssertionError(
-                f"client {self.name} exited with {self.process.returncode}: {self.stderr()}"
-            )
-        return self.lines()[-1]
-
-    def stderr(self) -> str:
-        try:
-            return self.errors.read_text(errors="replace")[-3000:] or "(nothing on stderr)"
-        except OSError:
-            return "(no stderr)"
-
-    def kill(self) -> None:
-        """SIGKILL it by its pid and reap it (a no-op once it exited)."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+        return self.records(timeout)[-1]
 
 
 class BridgeProcess:

@@ -129,6 +129,67 @@ class Session(Protocol):
         """The recipient of a tracked letter this session sent answered it (or it expired)."""
 
 
+class PartySession:
+    """
+    A base for the sessions of parties that are not clients (a peer broker
+    of the pack, a multicast bridge): it speaks every command, takes
+    nothing (each subclass says what it takes), and has nothing to say to
+    the answers a client gets.
+    """
+
+    user: str | None = None
+
+    def speaks(self, command: type[mlm.Message]) -> bool:
+        return True
+
+    def hold(self, letter: Letter) -> Hold:
+        return Hold.NOTHING
+
+    def attached(self) -> None:
+        pass
+
+    def detached(self) -> None:
+        pass
+
+    def ok(self) -> None:
+        pass
+
+    def error(self, code: int, reason: str) -> None:
+        pass
+
+    def pong(self) -> None:
+        pass
+
+    def deliver_stream(self, record: StreamRecord) -> bool:
+        return True  # reads nothing: taken, and dropped
+
+    def deliver_letter(self, letter: Letter) -> bool:
+        return False
+
+    def gap(self, stream: str, missed: int, available: int) -> None:
+        pass
+
+    def stored(self, receipt: Receipt) -> None:
+        pass
+
+    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
+        pass
+
+    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
+        return False
+
+    def range_end(self, stream: str, last: int) -> None:
+        pass
+
+    def appended(
+        self, stream: str, key: str, first: int, last: int, code: int, reason: str
+    ) -> None:
+        pass
+
+    def confirm(self, tracker: str, code: int, reason: str) -> None:
+        pass
+
+
 class Receiver(Protocol):
     """What a transport feeds: the broker, as its transports see it."""
 

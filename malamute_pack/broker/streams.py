@@ -43,7 +43,7 @@ from malamute_pack.protocol import mlm
 _log = Logger()
 
 # The subject of a notice: a record every reader of its stream gets, whatever
-# its patterns (L{Streams.write_notice}; docs/multicast.md).
+# its patterns (L{Streams.write_forwarded}; docs/multicast.md).
 NOTICE = "$gap"
 
 # StreamRecord(...) without the named tuple's Python-level __new__: one is
@@ -165,14 +165,20 @@ class Streams:
         peer: Connection,
         name: str,
         record: StreamRecord,
-        history: bool,
+        history: bool = False,
+        everyone: bool = False,
     ) -> None:
         """
-        Journal and deliver a record that a peer broker forwarded (its
-        C{origin} and C{origin_seq} set): it gets this broker's next
+        Journal and deliver a record that came from another broker (its
+        C{origin} and C{origin_seq} set: forwarded by a peer of the pack, or
+        received by a multicast bridge): it gets this broker's next
         sequence number on C{name}. A record of the peer's C{history}
-        reaches live only the readers that asked for history.
+        reaches live only the readers that asked for history. A notice
+        (C{everyone}: subject L{NOTICE}, what a multicast bridge could not
+        recover) reaches every reader of the stream, whatever its patterns,
+        live and in replays.
         """
+        assert not everyone or record.subject == NOTICE, record
         self._publish(
             self.require(name),
             peer,
@@ -183,26 +189,7 @@ class Streams:
             record.origin,
             record.origin_seq,
             history,
-        )
-
-    def write_notice(self, writer: Connection, name: str, record: StreamRecord) -> None:
-        """
-        Journal a notice on C{name} (a record with C{origin} set and the
-        subject L{NOTICE}: what a multicast bridge could not recover) and
-        deliver it to every reader of the stream, whatever its patterns;
-        replays deliver it to every reader too.
-        """
-        assert record.origin and record.subject == NOTICE, record
-        self._publish(
-            self.require(name),
-            writer,
-            record.timestamp,
-            record.subject,
-            record.content,
-            record.sender,
-            record.origin,
-            record.origin_seq,
-            everyone=True,
+            everyone,
         )
 
     def _publish(

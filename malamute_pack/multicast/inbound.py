@@ -390,7 +390,7 @@ class InboundBridge:
         record = StreamRecord(
             self.stream, 0, timestamp, sender, subject, tuple(content), flow.key, seq
         )
-        self._broker.streams.write_forwarded(self._connection, self.stream, record, False)
+        self._broker.streams.write_forwarded(self._connection, self.stream, record)
         self._advance(flow, seq)
         self.counters.written += 1
 
@@ -416,7 +416,7 @@ class InboundBridge:
             flow.key,
             last,
         )
-        self._broker.streams.write_notice(self._connection, self.stream, record)
+        self._broker.streams.write_forwarded(self._connection, self.stream, record, everyone=True)
         self._advance(flow, last)
         self.counters.notices += 1
         self.counters.lost += last - first + 1

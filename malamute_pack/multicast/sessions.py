@@ -20,71 +20,18 @@ from __future__ import annotations
 from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
-from malamute_pack.broker.letters import Letter
-from malamute_pack.broker.receipts import Receipt
-from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import ChunkRow, StreamRecord
+from malamute_pack.broker.session import PartySession
+from malamute_pack.broker.store import StreamRecord
 from malamute_pack.multicast.publisher import Publisher
-from malamute_pack.protocol import mlm
 
 _log = Logger()
 
 
-class _BridgeSession:
-    """What every bridge's session has in common: it takes no letters and
-    has nothing to say to the answers a client gets."""
-
-    user: str | None = None
-
-    def speaks(self, command: type[mlm.Message]) -> bool:
-        return True
-
-    def hold(self, letter: Letter) -> Hold:
-        return Hold.NOTHING
-
-    def attached(self) -> None:
-        pass
-
-    def detached(self) -> None:
-        pass
-
-    def ok(self) -> None:
-        pass
+class _BridgeSession(PartySession):
+    """What every bridge's session has in common: refusals are logged."""
 
     def error(self, code: int, reason: str) -> None:
         _log.warn("{bridge}: {code} {reason}", bridge=self, code=code, reason=reason)
-
-    def pong(self) -> None:
-        pass
-
-    def deliver_stream(self, record: StreamRecord) -> bool:
-        return True
-
-    def gap(self, stream: str, missed: int, available: int) -> None:
-        pass
-
-    def deliver_letter(self, letter: Letter) -> bool:
-        return False
-
-    def stored(self, receipt: Receipt) -> None:
-        pass
-
-    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
-        pass
-
-    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
-        return False
-
-    def range_end(self, stream: str, last: int) -> None:
-        pass
-
-    def appended(
-        self, stream: str, key: str, first: int, last: int, code: int, reason: str
-    ) -> None:
-        pass
-
-    def confirm(self, tracker: str, code: int, reason: str) -> None:
-        pass
 
 
 class OutboundSession(_BridgeSession):

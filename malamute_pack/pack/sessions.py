@@ -24,8 +24,8 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.receipts import Receipt
-from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import ChunkRow, StreamRecord
+from malamute_pack.broker.session import Hold, PartySession
+from malamute_pack.broker.store import StreamRecord
 from malamute_pack.protocol import mlm, packlink
 
 if TYPE_CHECKING:
@@ -35,60 +35,14 @@ if TYPE_CHECKING:
 _log = Logger()
 
 
-class _PackSession:
+class _PackSession(PartySession):
     """
-    What every session of the pack has in common: it speaks every
-    command, holds each letter until the peer answers for it, and has
-    nothing to say to the answers a client gets.
+    What every session of the pack has in common: it holds each letter
+    until the peer answers for it.
     """
-
-    user: str | None = None
-
-    def speaks(self, command: type[mlm.Message]) -> bool:
-        return True
 
     def hold(self, letter: Letter) -> Hold:
         return Hold.UNTIL_ANSWERED
-
-    def attached(self) -> None:
-        pass
-
-    def detached(self) -> None:
-        pass
-
-    def ok(self) -> None:
-        pass
-
-    def error(self, code: int, reason: str) -> None:
-        pass
-
-    def pong(self) -> None:
-        pass
-
-    def gap(self, stream: str, missed: int, available: int) -> None:
-        pass
-
-    def stored(self, receipt: Receipt) -> None:
-        pass
-
-    def confirm(self, tracker: str, code: int, reason: str) -> None:
-        pass
-
-    # A peer makes no bulk reads or appends (the pack's protocol has none).
-
-    def stream_status(self, stream: str, first: int, last: int, position: int) -> None:
-        pass
-
-    def deliver_chunk(self, stream: str, rows: list[ChunkRow]) -> bool:
-        return False
-
-    def range_end(self, stream: str, last: int) -> None:
-        pass
-
-    def appended(
-        self, stream: str, key: str, first: int, last: int, code: int, reason: str
-    ) -> None:
-        pass
 
 
 class PeerSession(_PackSession):
