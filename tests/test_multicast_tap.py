@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import zmq
-from twisted.application.service import IServiceMaker
+from twisted.application.service import IServiceMaker, MultiService
 from twisted.internet import reactor
 from twisted.plugin import getPlugins
 from twisted.python import usage
@@ -20,6 +20,7 @@ from malamute_pack import tap as broker_tap
 from malamute_pack.multicast import config, tap
 from malamute_pack.multicast.config import BridgeSettings, Inbound, Outbound
 from malamute_pack.multicast.service import BridgeService
+from malamute_pack.pair.service import PairService
 
 SOURCE = "tcp://10.0.0.2:9999"
 OUT = "weather:temp.*=tcp://127.0.0.1:7002"
@@ -198,3 +199,47 @@ class PluginTests(SynchronousTestCase):
         self.assertIs(maker.options, tap.Options)
         self.assertIn("multicast", maker.description)
         self.assertIn("malamute", makers)
+
+
+class BrokerCompositionTests(SynchronousTestCase):
+    """Where the bridges sit in the broker's services (L{malamute_pack.tap.makeBrokerService})."""
+
+    def broker(self, *args: str) -> MultiService:
+        options = broker_tap.Options()
+        options.parseOptions(["-d", self.mktemp(), "-e", "tcp://127.0.0.1:9999", *args])
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.addCleanup(context.term)
+        return broker_tap.makeBrokerService(options["settings"], reactor, context)
+
+    def test_alone(self) -> None:
+        """A broker's bridges are one service of its own, named bridges, started last."""
+        top = self.broker("--bridge-out", OUT)
+        bridges = top.getServiceNamed("bridges")
+        self.assertIsInstance(bridges, BridgeService)
+        self.assertIs(list(top)[-1], bridges)
+
+    def test_none(self) -> None:
+        """Without bridges there is no bridge service."""
+        with self.assertRaises(KeyError):
+            self.broker().getServiceNamed("bridges")
+
+    def test_pairActiveOnly(self) -> None:
+        """
+        In a pair the bridges run only while this broker is active: they
+        are the pair's, not the broker's top service's.
+        """
+        top = self.broker(
+            "--bridge-out",
+            OUT,
+            "--pair",
+            "primary",
+            "--pair-bind",
+            "tcp://127.0.0.1:9998",
+            "--pair-connect",
+            "tcp://127.0.0.1:9997",
+        )
+        with self.assertRaises(KeyError):
+            top.getServiceNamed("bridges")
+        pair = top.getServiceNamed("pair")
+        assert isinstance(pair, PairService)
+        self.assertIn("bridges", [s.name for s in pair.active_services])

@@ -124,6 +124,11 @@ class PairService(Service):
         """Run C{service} only while this broker is active."""
         self._active_services.append(service)
 
+    @property
+    def active_services(self) -> tuple[Service, ...]:
+        """The services that run only while this broker is active."""
+        return tuple(self._active_services)
+
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
         self._recovered = found
