@@ -190,6 +190,29 @@ class InboundTests(BridgeMixin, SynchronousTestCase):
         self.assertEqual((self.bridge.counters.received, self.bridge.counters.written), (3, 3))
         self.assertEqual(self.repairs.started, [])
 
+    def beat(self, last: int, origin: str = ORIGIN) -> None:
+        """A beat of the origin's bridge: C{last} is the last number it published."""
+        beat = header(last, 0, origin=origin, sender="", subject="")._replace(beat=True)
+        self.bridge.received([multicast.encode(beat, [])])
+
+    def test_beatRevealsALostTail(self) -> None:
+        """
+        A beat naming a number above the mark means the tail of a burst was
+        lost: a repair reads it, though no later record came. A beat at the
+        mark, or for a flow not joined yet, changes nothing; none is written.
+        """
+        self.beat(5, origin="other")
+        self.receive((1, 0), (2, 1))
+        self.beat(2)
+        self.assertEqual((self.repairs.started, self.bridge.counters.beats), ([], 2))
+        self.beat(4)
+        self.assertEqual(self.repairs.started, [(KEY, 2)])
+        self.bridge.repaired(self.flow, 3, 1.0, "w", "s", [b""])
+        self.assertEqual(self.repairs.stopped, [])
+        self.bridge.repaired(self.flow, 4, 1.0, "w", "s", [b""])
+        self.assertEqual(self.repairs.stopped, [(KEY, 4)])
+        self.assertEqual(origin_seqs(self.reader), [1, 2, 3, 4])
+
     def test_shedWhilePausedThenRepaired(self) -> None:
         """
         While paused (the journal behind) what arrives is shed, counted and

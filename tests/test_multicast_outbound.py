@@ -119,6 +119,24 @@ class PublisherTests(SynchronousTestCase):
         self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(1, 0), (2, 1)])
         self.assertEqual(self.publisher.counters.published, 2)
 
+    def test_beatWhenIdle(self) -> None:
+        """
+        A tick after which nothing was published sends a beat naming the
+        last number published; a tick after records sends nothing, and so
+        does one before anything was ever published.
+        """
+        self.publisher.tick()
+        self.assertEqual(self.sent.messages, [])
+        self.publisher.publish(3, 1.0, "", "temp", [b"a"])
+        self.publisher.tick()
+        self.assertEqual(len(self.sent.messages), 1)
+        self.publisher.tick()
+        [_, beat] = self.sent.messages
+        header, content = multicast.decode(beat)
+        self.assertEqual((header.beat, header.seq, header.prev, content), (True, 3, 0, []))
+        self.assertEqual(self.publisher.counters.beats, 1)
+        self.assertEqual(self.publisher.counters.published, 1)
+
     def test_stalledSaid(self) -> None:
         """
         A socket that refuses every record for STALLED seconds is logged as

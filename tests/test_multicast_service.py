@@ -217,6 +217,27 @@ class RepairTests(BridgedBrokersTestCase):
         self.assertEqual([d.subject for d in self.received], [f"r{n}" for n in range(1, 6)])
         self.assertEqual(inbound.counters.repaired, 5)
 
+    async def test_lostTailRepairedOnABeat(self) -> None:
+        """
+        Records B missed at the end of a burst (it was paused, and shed
+        them) are repaired once A's idle bridge beats, with no later record
+        to reveal them.
+        """
+        publisher = await self.start_a_repairable()
+        bridges = self.bridges(self.b)
+        [inbound] = bridges.inbound
+        self.received.clear()
+        inbound.pause()
+        for n in range(1, 4):
+            self.writer.send(f"r{n}", [b""])
+        await wait_for(lambda: inbound.counters.shed == 3)
+        inbound.shedding = False  # taking records again, but with no resume(): no repair yet
+        self.assertEqual(inbound.counters.repairs, 0)
+        await wait_for(lambda: len(self.received) == 3, timeout=5.0)
+        self.assertGreaterEqual(inbound.counters.beats, 1)
+        self.assertEqual([d.subject for d in self.received], ["r1", "r2", "r3"])
+        self.assertGreaterEqual(publisher.counters.beats, 1)
+
     async def test_restartedReceiverRepairs(self) -> None:
         """
         B stopped while A writes: once B is back, what it missed is

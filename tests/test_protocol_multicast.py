@@ -24,6 +24,7 @@ _headers = st.builds(
     pattern=_names,
     sender=_names,
     subject=_names,
+    beat=st.just(False),
 )
 
 
@@ -66,6 +67,18 @@ class RoundTripTests(unittest.TestCase):
             source, 7, 5, header.timestamp, header.sender, header.subject
         )
         self.assertEqual(frame, multicast.encode(header, [])[0])
+
+    def test_beat(self) -> None:
+        """
+        A beat is one frame: the record header's layout with the signature
+        "MH", the last number published, no previous, sender or subject.
+        """
+        beat = _sample(seq=9, prev=0, sender="", subject="", beat=True)
+        [frame] = multicast.encode(beat, [])
+        self.assertEqual(frame[:2], b"MH")
+        self.assertEqual(frame[2:], multicast.encode(beat._replace(beat=False), [])[0][2:])
+        self.assertEqual(multicast.decode([frame]), (beat, []))
+        self.assertTrue(frame.startswith(multicast.PREFIX))
 
     def test_long_string(self) -> None:
         """A string longer than 255 bytes cannot be encoded."""
@@ -110,6 +123,21 @@ class MalformedTests(unittest.TestCase):
         """A header without its origin or its stream is refused."""
         self._refused(multicast.encode(_sample(origin=""), [])[0], "origin or stream")
         self._refused(multicast.encode(_sample(stream=""), [])[0], "origin or stream")
+
+    def test_beat_with_a_record(self) -> None:
+        """A beat that names a record (previous, sender, subject) or carries content is refused."""
+        for fields in ({"prev": 3}, {"sender": "x"}, {"subject": "y"}):
+            beat = _sample(seq=9, prev=0, sender="", subject="", beat=True)._replace(**fields)
+            source = multicast.encode_source(beat.origin, beat.endpoint, beat.stream, beat.pattern)
+            frame = (
+                b"MH"
+                + multicast.encode_header(
+                    source, beat.seq, beat.prev, beat.timestamp, beat.sender, beat.subject
+                )[2:]
+            )
+            self._refused(frame, "a beat names no record")
+        [frame] = multicast.encode(_sample(seq=9, prev=0, sender="", subject="", beat=True), [])
+        self.assertRaises(MalformedBridgeMessage, multicast.decode, [frame, b"content"])
 
     def test_empty_message(self) -> None:
         """A message of no frames is refused."""

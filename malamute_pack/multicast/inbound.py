@@ -26,6 +26,10 @@ broker's limits (live or repaired), is written as a I{notice}
 (subject L{NOTICE}) that every reader of the stream gets, saying which
 sequence numbers of which origin stream were lost: never hidden.
 
+A bridge that has published nothing for a second sends a beat naming the
+last number it published: a flow whose mark is below it lost the tail of a
+burst, and is repaired up to it without waiting for a later record.
+
 While the broker's journal is behind (its read gate is closed) the bridge
 sheds what arrives instead of letting ZeroMQ queue it without bound (a PGM
 socket cannot be left unread: L{malamute_pack.multicast.sockets}); once
@@ -127,6 +131,7 @@ class InboundCounters:
     held: int = 0
     overflow: int = 0  # dropped while held was full (the repair brings them)
     shed: int = 0  # dropped while the journal was behind (repaired after)
+    beats: int = 0  # heard from idle bridges (see protocol.multicast)
     repairs: int = 0
     repaired: int = 0  # records written from repairs
     # Origin sequence numbers reported lost in notices (with a pattern, not
@@ -216,7 +221,13 @@ class InboundBridge:
                 continue
             flow.endpoint = header.endpoint
             flow.pattern = header.pattern
-            if self.shedding:
+            if header.beat:
+                counters.beats += 1
+                if flow.mark and header.seq > flow.mark:  # the tail of a burst was lost
+                    flow.highest = max(flow.highest, header.seq)
+                    if not flow.repairing and not self.shedding:
+                        self._start_repair(flow)
+            elif self.shedding:
                 counters.shed += 1
                 if flow.mark:  # a flow not joined yet joins later
                     flow.highest = max(flow.highest, header.seq)

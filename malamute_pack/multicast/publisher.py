@@ -24,6 +24,8 @@ _log = Logger()
 
 # Seconds a socket may refuse every record before the log says so.
 STALLED = 10
+# Seconds between beats of an idle bridge (L{Publisher.tick}).
+BEAT_INTERVAL = 1.0
 
 
 @dataclass
@@ -37,6 +39,7 @@ class PublisherCounters:
     # Records whose sender or subject does not fit a header: receivers
     # see a loss and repair it over TCP.
     unfit: int = 0
+    beats: int = 0
 
 
 class Publisher:
@@ -71,6 +74,7 @@ class Publisher:
         self._clock = clock
         self._log = LogLimit(clock, _log)
         self._full_since: float | None = None  # when the socket last began refusing
+        self._published_at_tick = 0
 
     def publish(
         self, seq: int, timestamp: float, sender: str, subject: str, content: Sequence[bytes]
@@ -107,6 +111,23 @@ class Publisher:
         counters.published += 1
         counters.bytes += sum(map(len, frames))
         return True
+
+    def tick(self) -> None:
+        """
+        Called every L{BEAT_INTERVAL}: if nothing was published since the
+        last tick, send a beat naming the last number published, so that
+        a receiver that lost the tail of a burst learns it now rather than
+        at the next record.
+        """
+        published = self.counters.published
+        idle = published == self._published_at_tick
+        self._published_at_tick = published
+        if idle and self.prev:
+            beat = multicast.encode_beat(
+                self._source, self.prev, int(self._clock.seconds() * 1_000_000)
+            )
+            if self._send([beat]):
+                self.counters.beats += 1
 
     def _refused(self) -> None:
         """Say so when the socket has refused everything for L{STALLED} seconds."""

@@ -22,6 +22,7 @@ import zmq
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
@@ -29,7 +30,7 @@ from malamute_pack.client.options import ClientOptions
 from malamute_pack.multicast.config import BridgeSettings
 from malamute_pack.multicast.inbound import InboundBridge, Marks
 from malamute_pack.multicast.proxy import ProxySource
-from malamute_pack.multicast.publisher import Publisher
+from malamute_pack.multicast.publisher import BEAT_INTERVAL, Publisher
 from malamute_pack.multicast.repair import TcpRepairs
 from malamute_pack.multicast.sessions import OutboundSession
 from malamute_pack.multicast.sockets import bound_url, open_publisher, open_subscriber
@@ -85,6 +86,12 @@ class BridgeService(Service):
         self.publishers: list[tuple[str, Publisher]] = []
         self.inbound: list[InboundBridge] = []
         self._paused = False
+        self._beats = LoopingCall(self._tick)
+        self._beats.clock = self._clock
+
+    def _tick(self) -> None:
+        for _, publisher in self.publishers:
+            publisher.tick()
 
     def startService(self) -> None:
         settings = self.settings
@@ -104,6 +111,8 @@ class BridgeService(Service):
                 pattern=out.pattern,
                 url=url,
             )
+        if self.publishers:
+            self._beats.start(BEAT_INTERVAL, now=False)
         if settings.source:
             self._proxy = ProxySource(
                 self._reactor,
@@ -147,6 +156,8 @@ class BridgeService(Service):
     def stopService(self) -> Deferred[None] | None:
         """Stop every bridge; with a proxy, fires once its connection is closed."""
         super().stopService()
+        if self._beats.running:
+            self._beats.stop()
         if self.publishers or self.inbound:
             _log.info("multicast bridge status: {status}", status=json.dumps(self.status()))
         stopping = None

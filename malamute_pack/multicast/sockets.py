@@ -31,7 +31,7 @@ from typing import Final
 import zmq
 
 from malamute_pack.multicast.config import MULTICAST, BridgeSettings, zmq_url
-from malamute_pack.protocol.multicast import SIGNATURE
+from malamute_pack.protocol.multicast import PREFIX
 
 # Messages queued in ZeroMQ on either side, and the kernel's socket buffers:
 # a receiver that pauses for a moment (a journal commit) must not lose data.
@@ -100,7 +100,7 @@ def open_subscriber(
     try:
         _options(socket, settings)
         socket.setsockopt(zmq.RCVHWM, 0 if _multicast(url) else HWM)
-        socket.setsockopt(zmq.SUBSCRIBE, SIGNATURE)
+        socket.setsockopt(zmq.SUBSCRIBE, PREFIX)
         socket.connect(zmq_url(url))
     except (zmq.ZMQError, ValueError):
         socket.close(linger=0)

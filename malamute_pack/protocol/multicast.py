@@ -23,7 +23,13 @@ since the epoch; a string is a length byte and that many bytes of UTF-8.
   nowhere), and C{pattern} what the bridge reads: a receiver repairs a loss
   by reading C{stream} with C{pattern} there.
 
-Frames start with the signature, so a SUB subscribes to C{SIGNATURE}.
+A bridge that has published nothing for a while sends a I{beat}: the
+same header with the signature C{"MH"}, C{seq} the last number it
+published, C{prev} 0, empty sender and subject, and no content. A receiver
+whose last record from that stream is older has lost the tail of a burst,
+which no later record would reveal.
+
+Frames start with C{PREFIX}, so a SUB subscribes to it.
 Anything that does not decode raises L{MalformedBridgeMessage}.
 
 Tests: ``tests/test_protocol_multicast.py``.
@@ -37,6 +43,8 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 SIGNATURE: Final = b"MB"
+BEAT_SIGNATURE: Final = b"MH"
+PREFIX: Final = b"M"  # what both start with
 VERSION: Final = 1
 _FIXED = struct.Struct(">2sBQQQ")
 _FIXED_SIZE = _FIXED.size
@@ -60,6 +68,7 @@ class Header(NamedTuple):
     pattern: str
     sender: str
     subject: str
+    beat: bool = False  # a beat: seq is the last number published; no record
 
 
 def _string(value: str) -> bytes:
@@ -95,9 +104,16 @@ def encode_header(
     )
 
 
+def encode_beat(source: bytes, last: int, timestamp: int) -> bytes:
+    """A beat's only frame: C{last} is the last number the bridge published."""
+    return _FIXED.pack(BEAT_SIGNATURE, VERSION, last, 0, timestamp) + source + b"\0\0"
+
+
 def encode(header: Header, content: Sequence[bytes]) -> list[bytes]:
-    """The frames of one record: its header, then its content."""
+    """The frames of one record (its header, then its content), or of a beat."""
     source = encode_source(header.origin, header.endpoint, header.stream, header.pattern)
+    if header.beat:
+        return [encode_beat(source, header.seq, header.timestamp)]
     frame = encode_header(
         source, header.seq, header.prev, header.timestamp, header.sender, header.subject
     )
@@ -140,7 +156,8 @@ def decode_header(frame: bytes) -> Header:
     if size < _FIXED_SIZE:
         raise MalformedBridgeMessage(f"a header of {size} bytes is too short")
     signature, version, seq, prev, timestamp = _FIXED.unpack_from(frame)
-    if signature != SIGNATURE:
+    beat = signature == BEAT_SIGNATURE
+    if signature != SIGNATURE and not beat:
         raise MalformedBridgeMessage(f"signature {signature!r} is not {SIGNATURE!r}")
     if version != VERSION:
         raise MalformedBridgeMessage(
@@ -156,11 +173,16 @@ def decode_header(frame: bytes) -> Header:
         end += 1 + frame[end]
     origin, endpoint, stream, pattern = _source(frame[_FIXED_SIZE:end])
     sender, subject = _strings(frame[end:], 2)
-    return Header(origin, stream, seq, prev, timestamp, endpoint, pattern, sender, subject)
+    if beat and (prev or sender or subject):
+        raise MalformedBridgeMessage("a beat names no record")
+    return Header(origin, stream, seq, prev, timestamp, endpoint, pattern, sender, subject, beat)
 
 
 def decode(frames: Sequence[bytes]) -> tuple[Header, list[bytes]]:
-    """A whole message: its header and its content frames."""
+    """A whole message: its header and its content frames (none for a beat)."""
     if not frames:
         raise MalformedBridgeMessage("an empty message")
-    return decode_header(frames[0]), list(frames[1:])
+    header = decode_header(frames[0])
+    if header.beat and len(frames) > 1:
+        raise MalformedBridgeMessage("a beat with content")
+    return header, list(frames[1:])
