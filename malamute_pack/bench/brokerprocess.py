@@ -51,7 +51,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import zmq
 
@@ -209,7 +209,38 @@ def probe_main() -> None:
 _PROBE = "from malamute_pack.bench.brokerprocess import probe_main; probe_main()"
 
 
-class BrokerProcess:
+class Started:
+    """
+    A context manager over C{start}, C{stop} and C{kill}: started on entry
+    (killed if the start fails), stopped on a clean exit (a stop that
+    fails raises), killed if the block raised (that error says more).
+    """
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> object:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        if error[0] is None:
+            self.stop()
+        else:
+            self.kill()
+
+
+class BrokerProcess(Started):
     """
     One broker, started and stopped as often as a test likes: every start
     appends its output to the same log, binds what the first start bound
@@ -525,14 +556,3 @@ class BrokerProcess:
             return self.log.read_text(errors="replace")[-tail:] or "(empty log)"
         except OSError:
             return "(no log)"
-
-    def __enter__(self) -> BrokerProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *error: object) -> None:
-        """Stop it, checking the stop; kill it if the block raised (that error says more)."""
-        if error[0] is None:
-            self.stop()
-        else:
-            self.kill()

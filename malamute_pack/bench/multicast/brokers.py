@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
+from malamute_pack.bench.brokerprocess import BrokerProcess, Started
 from malamute_pack.bench.netns import Lan
 from malamute_pack.bench.pack.brokers import stop_all
 
@@ -98,7 +98,7 @@ def inbound_counters(status: Mapping[str, Any] | None) -> dict[str, int] | None:
     return {k: v for k, v in inbound[0].items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
-class MulticastBrokers:
+class MulticastBrokers(Started):
     """
     A, B and C for one run (see the module), under C{directory}. A context
     manager: started on entry, stopped with SIGTERM (checked) on exit,
@@ -155,17 +155,3 @@ class MulticastBrokers:
     def status(self, name: str) -> dict[str, Any] | None:
         """What broker C{name}'s bridges logged as they stopped (L{bridge_status}), or None."""
         return bridge_status(self.brokers[name].run_log())
-
-    def __enter__(self) -> MulticastBrokers:
-        try:
-            self.start()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def __exit__(self, *error: object) -> None:
-        if error[0] is None:
-            self.stop()
-        else:
-            self.kill()

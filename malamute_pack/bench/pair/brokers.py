@@ -25,7 +25,7 @@ import secrets
 import time
 from pathlib import Path
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerError, BrokerProcess
+from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerError, BrokerProcess, Started
 
 SINGLE, SYNC, ASYNC = "single", "sync", "async"
 # The setups measured, in the order each round plays them.
@@ -86,7 +86,7 @@ def wait_count(broker: BrokerProcess, text: str, count: int, timeout: float) -> 
         time.sleep(_POLL)
 
 
-class SetupBrokers:
+class SetupBrokers(Started):
     """
     The broker(s) of one setup: L{SINGLE}, or a pair replicating L{SYNC}
     or L{ASYNC}. A context manager: started on entry, stopped (cleanly,
@@ -188,17 +188,3 @@ class SetupBrokers:
     def kill(self) -> None:
         for broker in self.brokers.values():
             broker.kill()
-
-    def __enter__(self) -> SetupBrokers:
-        try:
-            self.start()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def __exit__(self, *error: object) -> None:
-        if error[0] is None:
-            self.stop()
-        else:
-            self.kill()
