@@ -95,12 +95,12 @@ class BridgeService(Service):
 
     def startService(self) -> None:
         settings = self.settings
+        origin = settings.origin or settings.source or self._origin
         for out in settings.outbound:
             raw = open_publisher(self._context, out.url, settings)
             url = bound_url(raw, out.url)
             socket = ZmqSocket(self._reactor, raw, _ignore)
             self._sockets.append(socket)
-            origin = settings.origin or (settings.source if settings.source else self._origin)
             publisher = Publisher(
                 self._clock, socket.send, origin, settings.endpoint, out.stream, out.pattern
             )
