@@ -6,7 +6,10 @@ answers.
 
 Start a broker (``twistd -n malamute``), then, from the repository root::
 
-    PYTHONPATH=. python examples/mailbox_exchange.py [--endpoint ipc://@/malamute]
+    PYTHONPATH=. python examples/mailbox_exchange.py [-e ipc://@/malamute] [--user USER]
+
+With ``--user``, both clients authenticate with PLAIN, the password taken
+from the environment variable ``MALAMUTE_PASSWORD``.
 """
 
 from __future__ import annotations
@@ -14,19 +17,34 @@ from __future__ import annotations
 import argparse
 import sys
 
-from malamute_pack.client import BlockingClient
+from malamute_pack.client import BlockingClient, ClientError, plain_credentials
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Alice and Bob exchange letters.")
-    parser.add_argument("--endpoint", default="ipc://@/malamute")
+    parser.add_argument("-e", "--endpoint", default="ipc://@/malamute", help="the broker")
+    parser.add_argument(
+        "--user", help="PLAIN user (the password from the environment: MALAMUTE_PASSWORD)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(argv)
-    with BlockingClient(args.endpoint, "alice") as alice:
+    try:
+        plain = plain_credentials(args.user)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        return exchange(args.endpoint, args.timeout, plain)
+    except ClientError as e:
+        print(f"mailbox_exchange: {e}", file=sys.stderr)
+        return 1
+
+
+def exchange(endpoint: str, timeout: float, plain: tuple[str, str] | None) -> int:
+    with BlockingClient(endpoint, "alice", plain=plain) as alice:
         letter_id = alice.sendto("bob", "greeting", [b"Hello Bob!"], tracker="letter-1")
         print(f"alice: wrote to bob, who is not connected yet (stored as {letter_id})")
-        with BlockingClient(args.endpoint, "bob") as bob:
-            letter = bob.recv(timeout=args.timeout)
+        with BlockingClient(endpoint, "bob", plain=plain) as bob:
+            letter = bob.recv(timeout=timeout)
             if letter is None:
                 print("bob: no letter arrived", file=sys.stderr)
                 return 1
@@ -34,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
             # A tracked letter: the confirmation also tells the broker bob is done with it.
             bob.confirm(letter.tracker, 200, "read")
             bob.sendto(letter.sender, "re: " + letter.subject, [b"Hello Alice!"])
-        confirmation = alice.recv_confirm(timeout=args.timeout)
+        confirmation = alice.recv_confirm(timeout=timeout)
         if confirmation is not None:
             print(
                 f"alice: {confirmation.tracker} confirmed: {confirmation.status_code} "
                 f"{confirmation.status_reason}"
             )
-        answer = alice.recv(timeout=args.timeout)
+        answer = alice.recv(timeout=timeout)
         if answer is None:
             print("alice: no answer arrived", file=sys.stderr)
             return 1

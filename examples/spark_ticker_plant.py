@@ -8,8 +8,12 @@ data source and publishes each symbol's volume-weighted average price over
 Start a broker (``twistd -n malamute``) and the trade generator, then, from
 the repository root::
 
-    .venv/bin/python examples/spark_ticker_plant.py [--endpoint ipc://@/malamute]
-        [--checkpoint DIR] [--trigger "1 second"] [--available-now] [--start latest]
+    .venv/bin/python examples/spark_ticker_plant.py [-e ipc://@/malamute]
+        [--user USER] [--checkpoint DIR] [--trigger "1 second"] [--available-now]
+        [--start latest]
+
+With ``--user``, the source and the sink authenticate with PLAIN, the
+password taken from the environment variable ``MALAMUTE_PASSWORD``.
 
 Windows are by event time, the time the broker stored the trade (the
 record's ``timestamp``), with a 5-second watermark: a trade more than 5 s
@@ -48,6 +52,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.streaming.query import StreamingQuery
 
+from malamute_pack.client import plain_credentials
 from malamute_pack.spark import register
 
 TRADES = "trades"
@@ -215,7 +220,10 @@ def start_plant(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Publish each symbol's 10-second VWAP.")
-    parser.add_argument("--endpoint", default="ipc://@/malamute")
+    parser.add_argument("-e", "--endpoint", default="ipc://@/malamute", help="the broker")
+    parser.add_argument(
+        "--user", help="PLAIN user (the password from the environment: MALAMUTE_PASSWORD)"
+    )
     parser.add_argument(
         "--checkpoint", default="ticker-plant-checkpoint", help="the query's checkpoint directory"
     )
@@ -230,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         "or a time",
     )
     args = parser.parse_args(argv)
+    try:
+        plain = plain_credentials(args.user)
+    except ValueError as e:
+        parser.error(str(e))
     # Python workers run this interpreter, which has malamute_pack installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
@@ -245,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         trigger=args.trigger,
         available_now=args.available_now,
         start=args.start,
+        options=None if plain is None else {"user": plain[0], "password": plain[1]},
     )
     try:
         query.awaitTermination()

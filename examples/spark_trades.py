@@ -4,13 +4,15 @@ ticker plant (``examples/spark_ticker_plant.py``), with the blocking client.
 
 Start a broker (``twistd -n malamute``), then, from the repository root::
 
-    .venv/bin/python examples/spark_trades.py [--endpoint ipc://@/malamute]
+    .venv/bin/python examples/spark_trades.py [-e ipc://@/malamute] [--user USER]
         [--rate 100] [--count 0] [--symbols ACME,GLOBEX,INITECH,UMBRELLA] [--seed N]
 
 Each trade has the subject ``trade.SYMBOL`` and one frame of JSON,
 ``{"price": 101.25, "size": 300}``. Prices are a random walk per symbol;
 with ``--seed`` the trades are the same on every run. ``--count 0`` (the
 default) publishes until interrupted; ``--rate 0`` as fast as possible.
+With ``--user``, the client authenticates with PLAIN, the password taken
+from the environment variable ``MALAMUTE_PASSWORD``.
 
 L{generate_trades} and L{trade_list} make the same trades for a program
 (the ticker plant's test compares the plant's VWAP with a computation over
@@ -27,11 +29,12 @@ import itertools
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from malamute_pack.client import BlockingClient
+from malamute_pack.client import BlockingClient, ClientError, plain_credentials
 
 STREAM = "trades"
 SUBJECT_PREFIX = "trade."
@@ -115,7 +118,10 @@ def publish(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Publish made-up trades to the trades stream.")
-    parser.add_argument("--endpoint", default="ipc://@/malamute")
+    parser.add_argument("-e", "--endpoint", default="ipc://@/malamute", help="the broker")
+    parser.add_argument(
+        "--user", help="PLAIN user (the password from the environment: MALAMUTE_PASSWORD)"
+    )
     parser.add_argument("--rate", type=float, default=100.0, help="trades a second (0: no limit)")
     parser.add_argument("--count", type=int, default=0, help="trades to publish (0: forever)")
     parser.add_argument(
@@ -128,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--symbols names no symbol")
     if args.count < 0 or args.rate < 0:
         parser.error("--count and --rate must be 0 or more")
+    try:
+        plain = plain_credentials(args.user)
+    except ValueError as e:
+        parser.error(str(e))
     sent = 0
 
     def counted(trades: Iterable[Trade]) -> Iterator[Trade]:
@@ -138,11 +148,15 @@ def main(argv: list[str] | None = None) -> int:
             sent += 1  # resumed for the next one: this one was sent
 
     started = time.monotonic()
-    with BlockingClient(args.endpoint) as client:
-        client.set_producer(STREAM)
-        trades = counted(generate_trades(args.count or None, symbols, args.seed))
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a run of --count 0
-            publish(client, trades, args.rate)
+    try:
+        with BlockingClient(args.endpoint, plain=plain) as client:
+            client.set_producer(STREAM)
+            trades = counted(generate_trades(args.count or None, symbols, args.seed))
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a run of --count 0
+                publish(client, trades, args.rate)
+    except ClientError as e:
+        print(f"spark_trades: {e}", file=sys.stderr)
+        return 1
     print(f"published {sent} trades in {time.monotonic() - started:.1f}s", flush=True)
     return 0
 

@@ -12,7 +12,7 @@ let two processes lock two different files of the same name). Once it holds
 the lock, the broker writes into the file who it is (pid, host, when it
 started), so that a second broker refused the lock can name the first.
 
-Tests: ``tests/test_datadir.py``.
+Tests: ``tests/test_datadir.py``, ``tests/test_startup.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,31 @@ _log = Logger()
 
 class DataDirError(Exception):
     """A broker cannot use a data directory; the message says why and what to do."""
+
+
+# What to do about a directory the broker cannot use.
+_FIX: Final = "give --data-dir a directory this user can write (it is made if missing)"
+
+
+def prepare(directory: Path) -> None:
+    """
+    Make the data directory C{directory} if it is missing, and check that
+    this process can write in it.
+
+    @raise DataDirError: it is not a directory, cannot be made, or is not
+        writable (the message says what to do).
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise DataDirError(f"data directory {directory} is a file, not a directory: {_FIX}")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataDirError(
+            f"data directory {directory} cannot be made: {e.strerror or e}: {_FIX}"
+        ) from e
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DataDirError(f"data directory {directory} is not writable by this user: {_FIX}")
 
 
 @dataclass(frozen=True)
@@ -98,7 +123,8 @@ class DataDirLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             raise DataDirError(
-                f"data directory {self.directory}: cannot open its lock file {self.path}: {e}"
+                f"data directory {self.directory}: cannot open its lock file {self.path}:"
+                f" {e.strerror or e}: {_FIX}"
             ) from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -163,14 +189,26 @@ class DataDirService(Service):
     """
     Holds the data directory's lock while it runs: started first and
     stopped last, so nothing else of the broker touches the directory
-    without it. A refused lock is logged and raised, which makes C{twistd}
-    exit with a non-zero status.
+    without it. It is taken in C{privilegedStartService} under twistd, so a
+    broker refused it stops before it binds an endpoint (or in
+    C{startService} if that did not run). A refused lock is logged and
+    raised, which makes C{twistd} exit with a non-zero status
+    (L{malamute_pack.startup}).
     """
 
     def __init__(self, directory: Path) -> None:
         self.lock = DataDirLock(directory)
 
+    def privilegedStartService(self) -> None:
+        self._lock()
+        super().privilegedStartService()  # type: ignore[no-untyped-call]
+
     def startService(self) -> None:
+        if not self.lock.locked:
+            self._lock()
+        super().startService()  # type: ignore[no-untyped-call]
+
+    def _lock(self) -> None:
         try:
             holder = self.lock.acquire()
         except DataDirError as e:
@@ -181,7 +219,6 @@ class DataDirService(Service):
             directory=str(self.lock.directory),
             holder=str(holder),
         )
-        super().startService()  # type: ignore[no-untyped-call]
 
     def stopService(self) -> None:
         super().stopService()  # type: ignore[no-untyped-call]

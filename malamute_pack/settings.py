@@ -35,7 +35,11 @@ and ``malamute/pack/broker-name``; the pair's (``docs/pair.md``):
 ``malamute/pair/heartbeat`` (ms) and ``malamute/pair/misses``; the
 multicast bridges' (``docs/multicast.md``, L{malamute_pack.multicast.config}):
 ``malamute/bridge/out`` and ``malamute/bridge/in`` (repeatable),
-``malamute/bridge/rate``, ``.../recovery``, ``.../hops``, ``.../endpoint``.
+``malamute/bridge/rate``, ``.../recovery``, ``.../hops``, ``.../endpoint``;
+operations' (``docs/operations.md``): ``malamute/http/endpoint`` (the
+management API's strports endpoint, e.g. ``tcp:8180:interface=127.0.0.1``;
+off when absent) and ``malamute/stats/interval`` (seconds between counter
+log lines; off when absent).
 
 Tests: ``tests/test_tap.py``.
 """
@@ -127,6 +131,10 @@ class Settings:
     pack: PackSettings = field(default_factory=PackSettings)
     pair: PairSettings = field(default_factory=PairSettings)
     bridge: BridgeSettings = field(default_factory=BridgeSettings)
+    # The management API's strports endpoint (None: off), and seconds
+    # between counter log lines (None: none).
+    http: str | None = None
+    stats_interval: float | None = None
 
     @property
     def journal_path(self) -> Path:
@@ -157,6 +165,17 @@ def _int(key: str, value: str, allow_max: bool = False) -> int | None:
         raise SettingsError(f"{key}: {value!r} is not a whole number") from None
     if number < 0:
         raise SettingsError(f"{key}: {value!r} is negative")
+    return number
+
+
+def parse_seconds(key: str, value: str) -> float:
+    """C{value}, a positive number of seconds, or L{SettingsError} naming C{key}."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"{key}: {value!r} is not a number of seconds") from None
+    if not 0 < number < float("inf"):
+        raise SettingsError(f"{key}: {value!r} must be more than 0 seconds")
     return number
 
 
@@ -198,7 +217,8 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
         if key.startswith("malamute/limits/"):
             name = key.removeprefix("malamute/limits/").replace("-", "_")
             if name not in known:
-                raise SettingsError(f"{key}: unknown limit; known: {', '.join(sorted(known))}")
+                names = ", ".join(sorted(k.replace("_", "-") for k in known))
+                raise SettingsError(f"{key}: unknown limit; known: {names}")
             n = _int(key, values[-1])
             assert n is not None
             limits[name] = n
@@ -206,7 +226,15 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
         try:
             changes["limits"] = dataclasses.replace(base.limits, **limits)
         except ValueError as e:
-            raise SettingsError(str(e)) from e
+            # Limits names its fields; the user wrote the config's keys (max-clients).
+            message = str(e)
+            for name in known:
+                message = message.replace(f"limit {name} ", f"limit {name.replace('_', '-')} ")
+            raise SettingsError(message) from e
+    if (value := last("malamute/http/endpoint")) is not None:
+        changes["http"] = value
+    if (value := last("malamute/stats/interval")) is not None:
+        changes["stats_interval"] = parse_seconds("malamute/stats/interval", value)
     if (value := last("malamute/journal/enabled")) is not None:
         changes["journal"] = _int("malamute/journal/enabled", value) != 0
     changes["journal_config"] = _journal_config(config, base.journal_config)
@@ -302,7 +330,22 @@ def _journal_config(config: dict[str, list[str]], base: JournalConfig) -> Journa
     try:
         return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
     except ValueError as e:
-        raise SettingsError(f"{prefix}: {e}") from e
+        # JournalConfig names its fields; the user wrote the config's keys.
+        message = str(e)
+        for name, key in _JOURNAL_KEYS.items():
+            message = message.replace(name, f"{prefix}/{key}")
+        raise SettingsError(message) from e
+
+
+# JournalConfig's fields as the config file spells them.
+_JOURNAL_KEYS = {
+    "commit_interval_s": "commit-interval",
+    "commit_max_batch": "commit-batch",
+    "prune_interval_s": "prune-interval",
+    "crash_skip": "crash-skip",
+    "stream_synchronous": "stream-synchronous",
+    "queue_synchronous": "queue-synchronous",
+}
 
 
 def check(settings: Settings) -> Settings:
@@ -313,15 +356,21 @@ def check(settings: Settings) -> Settings:
         )
     used = settings.endpoints_by_mechanism()
     if "plain" in used and settings.passwords is None:
-        raise SettingsError("PLAIN security needs a password file (server/auth/plain)")
+        raise SettingsError(
+            "PLAIN security needs a password file: give -p FILE"
+            " (server/auth/plain in a config file)"
+        )
     if "curve" in used and settings.curve_clients is None:
         raise SettingsError(
-            "CURVE security needs the clients' keys (server/auth/curve/clients); the broker's"
-            " own secret certificate (server/auth/curve/secret) is made in the data directory"
-            " when not given"
+            "CURVE security needs the clients' keys: give --curve DIR (server/auth/curve/clients"
+            " in a config file); the broker's own secret certificate (server/auth/curve/secret)"
+            " is made in the data directory when not given"
         )
     if settings.access_file is not None and set(used) == {"null"}:
-        raise SettingsError("an access file needs authentication (PLAIN or CURVE endpoints)")
+        raise SettingsError(
+            "an access file (--acl, server/auth/acl) needs authentication: give a password"
+            " file (-p) or the CURVE clients' keys (--curve) too"
+        )
     if settings.timeout_ms < 1:
         raise SettingsError("the client timeout must be at least 1 ms")
     if not settings.endpoints:

@@ -16,10 +16,12 @@ behind a read gate the journal's backlog closes
 (L{malamute_pack.transport.gate}), and, with ``--pack``, the pack
 (L{malamute_pack.pack.service}), and the multicast bridges
 (L{malamute_pack.multicast.service}). With ``--pair``, the pair
-(L{malamute_pack.pair.service}) starts last: the journal's letters go to
+(L{malamute_pack.pair.service}) starts next: the journal's letters go to
 the model only when this broker becomes active, the clients' messages pass
-its gate, and the pack and the bridges run only while it is active. They stop in the
-reverse order.
+its gate, and the pack and the bridges run only while it is active. The
+operations (L{malamute_pack.ops.service}: statistics, the C{$broker}
+service, C{--stats-interval}'s log line, C{--http}'s management API) start
+last. They stop in the reverse order.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
 
@@ -33,34 +35,38 @@ from pathlib import Path
 
 import zmq
 from twisted.application.service import IService, MultiService, Service
+from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.logger import Logger
 from twisted.python import usage
 
 from malamute_pack import settings as _settings
-from malamute_pack.broker.access import AccessControl
+from malamute_pack.broker.access import AccessControl, AccessFileError
 from malamute_pack.broker.broker import Broker, BrokerConfig
-from malamute_pack.datadir import DataDirService, pack_identity
+from malamute_pack.datadir import DataDirService, pack_identity, prepare
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
 from malamute_pack.multicast.config import BridgeConfigError
 from malamute_pack.multicast.service import BridgeService
 from malamute_pack.multicast.tap import BRIDGE_PARAMETERS, BridgeOptionsMixin
+from malamute_pack.ops.sdnotify import SystemdNotifier, status_line
+from malamute_pack.ops.service import OperationsService
 from malamute_pack.pack.beacon import resolve_interface
 from malamute_pack.pack.service import PackService
 from malamute_pack.pair.service import PairService
+from malamute_pack.startup import OneLineOptions, make_or_exit, read_config
 from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
 from malamute_pack.transport.gate import Pausable, ReadGate
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.security import SecurityFileError, SecurityService
-from malamute_pack.transport.zap import ZapHandler
-from malamute_pack.zpl import ZplError, load_zpl
+from malamute_pack.transport.zap import PasswordFileError, ZapHandler
+from malamute_pack.zpl import ZplError
 
 _log = Logger()
 
 
-class Options(BridgeOptionsMixin, usage.Options):
+class Options(BridgeOptionsMixin, OneLineOptions):
     """Options of C{twistd malamute}."""
 
     synopsis = "[options]"
@@ -118,6 +124,14 @@ class Options(BridgeOptionsMixin, usage.Options):
             "sync (default: acknowledged means on both brokers) or async.",
         ],
         ["pair-heartbeat", None, None, "Pair heartbeat interval in ms (default 500).", int],
+        [
+            "http",
+            None,
+            None,
+            "Serve the management API and dashboard on this strports endpoint"
+            " (e.g. tcp:8180:interface=127.0.0.1); off by default.",
+        ],
+        ["stats-interval", None, None, "Log a line of counters every SECONDS."],
         *BRIDGE_PARAMETERS,
     ]
     optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
@@ -132,8 +146,8 @@ class Options(BridgeOptionsMixin, usage.Options):
 
     def opt_endpoint(self, endpoint: str) -> None:
         """
-        Bind this ZeroMQ endpoint (repeatable; default ipc://@/malamute); a
-        null:, plain: or curve: prefix sets the security it requires.
+        Bind this ZeroMQ endpoint (repeatable; default ipc://@/malamute);
+        a null:, plain: or curve: prefix sets the security it requires.
         """
         self["endpoints"].append(endpoint)
 
@@ -157,7 +171,11 @@ class Options(BridgeOptionsMixin, usage.Options):
         """The settings the config file and the options give, checked."""
         result = _settings.Settings()
         if self["config"]:
-            result = _settings.from_zpl(load_zpl(Path(self["config"])), result)
+            result = read_config(
+                Path(self["config"]),
+                lambda tree: _settings.from_zpl(tree, result),
+                (_settings.SettingsError,),
+            )
         if self["endpoints"]:
             result = dataclasses.replace(result, endpoints=tuple(self["endpoints"]))
         if self["timeout"] is not None:
@@ -182,6 +200,11 @@ class Options(BridgeOptionsMixin, usage.Options):
             result = dataclasses.replace(result, access_file=Path(self["acl"]))
         if self["no-journal"]:
             result = dataclasses.replace(result, journal=False)
+        if self["http"] is not None:
+            result = dataclasses.replace(result, http=self["http"])
+        if self["stats-interval"] is not None:
+            interval = _settings.parse_seconds("--stats-interval", self["stats-interval"])
+            result = dataclasses.replace(result, stats_interval=interval)
         result = dataclasses.replace(result, pack=self.pack_settings(result.pack))
         pair: dict[str, object] = {}
         for option, name in (
@@ -261,7 +284,7 @@ def makeBrokerService(
         zap = ZapHandler(reactor, context, {}, allow_null="null" in groups)
         zap.setName("zap")
         zap.setServiceParent(top)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    prepare(settings.data_dir)
     clock: IReactorTime = reactor  # type: ignore[assignment]
     journal = (
         Journal(
@@ -328,6 +351,8 @@ def makeBrokerService(
         router.setServiceParent(top)
         routers.append(router)
     readers: list[Pausable] = list(routers)
+    pack: PackService | None = None
+    bridges: BridgeService | None = None
     if settings.pack.name is not None:
         if settings.pack.beacon is not None:
             try:
@@ -352,6 +377,8 @@ def makeBrokerService(
     if pair is not None:
         pair.setServiceParent(top)
         readers.append(pair)
+    # Started after everything it shows, stopped first.
+    operations = _operations(reactor, broker, journal, settings, routers, top, pack, bridges, pair)
     if journal is not None:
         # A journal that falls behind stops the broker reading from its
         # clients and peers (their sends wait in ZeroMQ and TCP) until it
@@ -361,7 +388,48 @@ def makeBrokerService(
             gate.add(reader)
         gate.watch(broker.listening)
         journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
+    # Last to start, first to stop: tells systemd (Type=notify) the broker is
+    # ready once all the above has started, and that it stops (a no-op
+    # without $NOTIFY_SOCKET; docs/operations.md).
+    notifier = SystemdNotifier(
+        lambda: status_line(operations.ready(), [e for r in routers for e in r.bound]), clock
+    )
+    notifier.setName("sd-notify")
+    notifier.setServiceParent(top)
     return top
+
+
+def _operations(
+    reactor: IReactorFDSet,
+    broker: Broker,
+    journal: Journal | None,
+    settings: _settings.Settings,
+    routers: list[RouterService],
+    top: MultiService,
+    pack: PackService | None,
+    bridges: BridgeService | None,
+    pair: PairService | None,
+) -> OperationsService:
+    """
+    The statistics, the C{$broker} service, the counters' log line and
+    (with C{--http}) the management API, showing the broker's parts.
+    """
+    if settings.http is not None:
+        try:
+            serverFromString(reactor, settings.http)
+        except ValueError as e:
+            raise usage.UsageError(
+                f"--http {settings.http!r} is not a server endpoint ({e}); for example"
+                " tcp:8180:interface=127.0.0.1"
+            ) from e
+    operations = OperationsService(reactor, broker, journal, settings, routers, broker.access)
+    statistics = operations.statistics
+    statistics.pack = pack
+    statistics.bridges = bridges
+    statistics.pair = pair
+    operations.setName("operations")
+    operations.setServiceParent(top)
+    return operations
 
 
 def _bridges(
@@ -414,9 +482,23 @@ def _secure(
     try:
         security = SecurityService(reactor, settings, zap, access)  # type: ignore[arg-type]
     except SecurityFileError as e:
-        raise usage.UsageError(str(e)) from e
+        raise usage.UsageError(_security_file_message(e)) from e
     security.setName("security")
     security.setServiceParent(top)
+
+
+def _security_file_message(error: Exception) -> str:
+    """The line for a security file the broker cannot use, with what to give instead."""
+    cause = error.__cause__
+    if isinstance(error, PasswordFileError):
+        what, fix = "password file", "-p names a file of 'user = password' lines"
+    elif isinstance(error, AccessFileError):
+        what, fix = "access file", "--acl names an access-control file: docs/security.md"
+    else:
+        what, fix = "CURVE keys", "docs/security.md says how to make them"
+    if isinstance(cause, OSError) and cause.filename is not None:
+        return f"cannot read {what} {cause.filename}: {cause.strerror or cause} ({fix})"
+    return f"{error} ({fix})"
 
 
 def _curve_secret(settings: _settings.Settings) -> bytes:
@@ -434,5 +516,8 @@ def _restore(broker: Broker, found: Recovered) -> None:
 
 
 def makeService(options: Options) -> IService:
-    """The service C{twistd malamute} runs."""
-    return makeBrokerService(options["settings"])
+    """
+    The service C{twistd malamute} runs: one that cannot be made or started
+    is one line on stderr and exit status 1 (L{malamute_pack.startup}).
+    """
+    return make_or_exit("malamute", lambda: makeBrokerService(options["settings"]))

@@ -17,7 +17,9 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.access import (
+    ADMIN,
     MAX_ADDRESSES_PER_USER,
+    MONITOR,
     NOT_ALLOWED,
     AccessControl,
     AccessFileError,
@@ -160,6 +162,33 @@ class PolicyTests(SynchronousTestCase):
         self.assertTrue(policy.allows(None, Right.SEND, "anyone"))
         self.assertTrue(AccessPolicy().allows(None, Right.WRITE, "anything"))
         self.assertTrue(AccessPolicy().allows("anyone", Right.WRITE, "anything"))
+
+
+class RoleTests(SynchronousTestCase):
+    def test_roles(self) -> None:
+        """
+        A user is an admin when a C{role} line of its own or C{*}'s names
+        admin, else a monitor; role lines grant no other right.
+        """
+        policy = parse_access(["alice role: admin", "bob role: monitor", "bob: bob"])
+        self.assertEqual(policy.role("alice"), ADMIN)
+        self.assertEqual(policy.role("bob"), MONITOR)
+        self.assertEqual(policy.role("carol"), MONITOR)
+        self.assertFalse(policy.allows("alice", Right.ADDRESS, "bob"))
+        everyone = parse_access(["* role: admin"])
+        self.assertEqual(everyone.role("carol"), ADMIN)
+
+    def test_defaultMonitor(self) -> None:
+        """Without role lines (or without a file) everyone is a monitor."""
+        self.assertEqual(AccessPolicy().role("alice"), MONITOR)
+        self.assertEqual(parse_access(ACL.splitlines()).role("alice"), MONITOR)
+
+    def test_unknownRole(self) -> None:
+        """A role line's words are role names: anything else (a glob too) is an error."""
+        for text in ("alice role: root", "alice role: adm*", "alice role: admin superuser"):
+            with self.assertRaises(AccessFileError) as ctx:
+                parse_access([text], "acl")
+            self.assertIn("acl:1: unknown role", str(ctx.exception))
 
 
 class OwnersTests(SynchronousTestCase):

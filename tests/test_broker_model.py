@@ -231,6 +231,18 @@ class MailboxTests(SynchronousTestCase):
         )
         self.assertEqual(len(self.h.broker.post.mailboxes["bob"]), 0)
 
+    def test_emptyMailboxForgottenWithItsHolder(self) -> None:
+        """
+        An empty mailbox is forgotten when its holder leaves, so that
+        short-lived addresses do not pile up; mail sent to the address
+        afterwards is kept as for any address.
+        """
+        self.h.open(B, "bob")
+        self.h.command(B, mlm.ConnectionClose())
+        self.assertNotIn("bob", self.h.broker.post.mailboxes)
+        self.h.send(A, mlm.MailboxSend("bob", "s", "", 0, [b"x"]))
+        self.assertEqual(len(self.h.broker.post.mailboxes["bob"]), 1)
+
     def test_onlineDeliveredAtOnce(self) -> None:
         """Mail to a connected owner is delivered at once."""
         self.h.open(B, "bob")

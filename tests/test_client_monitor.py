@@ -53,7 +53,7 @@ class WatchedDealerTests(SynchronousTestCase):
         """The next change the monitor reports, waiting up to 5 s."""
         while pair.poll(5000):
             change = link_change(pair.recv_multipart())
-            if change is not None:
+            if isinstance(change, LinkChange):
                 return change
         raise AssertionError("no connection event within 5 s")
 

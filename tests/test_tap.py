@@ -24,7 +24,8 @@ from malamute_pack.bench.brokerprocess import (
     twistd_command,
 )
 from malamute_pack.broker.limits import Limits
-from malamute_pack.tap import Options, makeBrokerService
+from malamute_pack.startup import FailFast
+from malamute_pack.tap import Options, makeBrokerService, makeService
 from tests.support import skip_slow
 
 
@@ -201,6 +202,31 @@ class OptionsTests(SynchronousTestCase):
     def test_missingConfig(self) -> None:
         """A config file that does not exist is a usage error."""
         self.assertRaises(usage.UsageError, parse, "--config", "/nonexistent/malamute.cfg")
+
+
+class MakeServiceTests(SynchronousTestCase):
+    def test_failFast(self) -> None:
+        """twistd's service is the broker's, in a FailFast that makes start-up errors one line."""
+        self.addCleanup(setattr, sys, "excepthook", sys.excepthook)  # make_or_exit sets it
+        options = Options()
+        options.parseOptions(["-d", self.mktemp(), "-e", "ipc://@/unused", "--no-journal"])
+        top = makeService(options)
+        self.assertIsInstance(top, FailFast)
+        self.assertEqual(len(list(top)), 1)  # type: ignore[call-overload]
+
+    def test_dataDirIsAFile(self) -> None:
+        """A data directory that is a file ends twistd with one line, before anything starts."""
+        data = Path(self.mktemp())
+        data.write_text("")
+        options = Options()
+        options.parseOptions(["-d", str(data)])
+        with self.assertRaises(SystemExit) as caught:
+            makeService(options)
+        self.assertEqual(
+            caught.exception.code,
+            f"malamute: data directory {data} is a file, not a directory: give --data-dir a"
+            " directory this user can write (it is made if missing)",
+        )
 
 
 class TwistdTests(SynchronousTestCase):

@@ -39,6 +39,9 @@ C{--help}.
 from one broker to two on hosts made as network namespaces (root only):
 see L{malamute_pack.bench.multicast} and its C{--help}.
 
+``python -m malamute_pack.bench ops ...`` measures what the statistics and
+the management API cost on stream 1:1: see L{malamute_pack.bench.ops}.
+
 Tests: ``tests/test_bench.py``.
 """
 
@@ -54,6 +57,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 
 from malamute_pack.bench import multicast as multicast_bench
+from malamute_pack.bench import ops as ops_bench
 from malamute_pack.bench import pack
 from malamute_pack.bench import pair as pair_bench
 from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
@@ -156,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return pair_bench.main(arguments[1:])
     if arguments[:1] == ["multicast"]:
         return multicast_bench.main(arguments[1:])
+    if arguments[:1] == ["ops"]:
+        return ops_bench.main(arguments[1:])
     args = parse(arguments)
     names = args.scenario or (list(STREAM_SCENARIOS) if args.profile else list(SCENARIOS))
     profile = args.profile.resolve() if args.profile else None

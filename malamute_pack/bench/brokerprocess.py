@@ -5,7 +5,8 @@ this code, with the checkout on its C{PYTHONPATH}.
 
 It binds a fresh abstract ipc name, or C{tcp://127.0.0.1:*}, and reads the
 endpoint it really got back from its log line C{Malamute broker bound to
-<endpoint>} (never a port picked free and released, which another process
+<endpoint>}, and with C{--http} its management API's URL from C{management
+API at <url>} (never a port picked free and released, which another process
 can take in between); it serves once it has answered CONNECTION_OPEN from a
 throwaway probe. It can be SIGKILLed and started again on the same data
 directory and the same endpoint, so that reconnecting clients find it.
@@ -67,6 +68,8 @@ ANY_TCP_PORT = "tcp://127.0.0.1:*"
 
 # What the router logs for each endpoint it binds (malamute_pack/transport/router.py).
 _BOUND = re.compile(r"Malamute broker bound to (\S+)")
+# What the management API logs when it listens (--http).
+_HTTP = re.compile(r"management API at (http://\S+/)")
 _CLEAN_EXIT = "Main loop terminated."
 
 _serial = itertools.count(1)
@@ -315,6 +318,20 @@ class BrokerProcess(Started):
         if self._endpoint is None:
             raise BrokerError("the broker has not started yet: its endpoint is not known")
         return self._endpoint
+
+    @property
+    def http_url(self) -> str:
+        """
+        The management API's base URL (C{http://HOST:PORT/}, the real port
+        for C{tcp:0}), as its latest run logged it: a broker started with
+        C{--http}.
+
+        @raise BrokerError: if it logs none within ten seconds.
+        """
+        try:
+            return self.wait_log(_HTTP, 10.0).group(1)
+        except BrokerError as e:
+            raise BrokerError(f"no management API (was it started with --http?): {e}") from e
 
     @property
     def pid(self) -> int:

@@ -14,11 +14,13 @@ The file has one rule a line, ``USER [RIGHT]: GLOB [GLOB ...]``, with
 
 RIGHT is one of ``address`` (the default), ``write`` (STREAM_WRITE),
 ``read`` (STREAM_READ), ``offer`` (SERVICE_OFFER), ``call``
-(SERVICE_SEND) and ``send`` (MAILBOX_SEND). USER ``*`` stands for every
-authenticated user and ``-`` for clients that did not authenticate. A
-right that no line of the file names is not restricted; once a line names
-it, a client may exercise it only on names that one of its lines (its
-user's, or ``*``'s) for that right matches.
+(SERVICE_SEND) and ``send`` (MAILBOX_SEND), or ``role``, whose words
+are not globs but the user's role in the management API, ``monitor`` or
+``admin`` (``alice role: admin``; see L{AccessPolicy.role}). USER ``*``
+stands for every authenticated user and ``-`` for clients that did not
+authenticate. A right that no line of the file names is not restricted;
+once a line names it, a client may exercise it only on names that one of
+its lines (its user's, or ``*``'s) for that right matches.
 
 A glob's ``*`` matches any run of characters (dots included) and ``?``
 any one character; everything else matches itself. A glob is matched by a
@@ -76,7 +78,14 @@ class Right(enum.Enum):
     OFFER = "offer"
     CALL = "call"
     SEND = "send"
+    ROLE = "role"
 
+
+# The management API's roles (L{AccessPolicy.role}): a monitor reads, an
+# admin also acts (purges, deletes, disconnects).
+MONITOR: Final = "monitor"
+ADMIN: Final = "admin"
+ROLES: Final = (MONITOR, ADMIN)
 
 _VERBS: Final = {
     Right.ADDRESS: "open the address",
@@ -85,6 +94,7 @@ _VERBS: Final = {
     Right.OFFER: "offer the service",
     Right.CALL: "send to the service",
     Right.SEND: "send to the mailbox",
+    Right.ROLE: "have the role",
 }
 
 
@@ -182,6 +192,15 @@ class AccessPolicy:
             globs = by_user.get(user, ()) + by_user.get(ANY_USER, ())
         return any(glob.matches(name) for glob in globs)
 
+    def role(self, user: str) -> str:
+        """
+        C{user}'s role in the management API: L{ADMIN} if a C{role} line
+        (its own or C{*}'s) grants it, else L{MONITOR}.
+        """
+        if not self.restricts(Right.ROLE):
+            return MONITOR
+        return ADMIN if self.allows(user, Right.ROLE, ADMIN) else MONITOR
+
 
 def parse_access(lines: Iterable[str], source: str = "access file") -> AccessPolicy:
     """The policy of an access-control file's lines; C{source} names it in errors."""
@@ -202,6 +221,11 @@ def parse_access(lines: Iterable[str], source: str = "access file") -> AccessPol
             raise AccessFileError(
                 f"{source}:{number}: unknown right {words[1]!r} (known: {known})"
             ) from None
+        if right is Right.ROLE and (unknown := set(tail.split()) - set(ROLES)):
+            raise AccessFileError(
+                f"{source}:{number}: unknown role {sorted(unknown)[0]!r}"
+                f" (known: {', '.join(ROLES)})"
+            )
         by_user = rules.setdefault(right, {})
         by_user[user] = by_user.get(user, ()) + tuple(Glob(g) for g in tail.split())
     return AccessPolicy(rules)
@@ -288,6 +312,10 @@ class AccessControl:
     @ivar policy: the rules in force.
     @ivar owners: the first-come owners of addresses.
     @ivar refused: refusals, by right.
+    @ivar passwords: the PLAIN password table in force (user to password),
+        set by the security service when it loads or reloads the password
+        file; None without one. The management API's basic authentication
+        reads it.
     """
 
     def __init__(
@@ -299,6 +327,7 @@ class AccessControl:
         self.policy = policy if policy is not None else AccessPolicy()
         self.owners = owners if owners is not None else Owners()
         self.refused: dict[str, int] = {}
+        self.passwords: Mapping[str, str] | None = None
         self._log_limit = LogLimit(clock, _log)
 
     def check(self, user: str | None, right: Right, name: str, log: bool = True) -> None:

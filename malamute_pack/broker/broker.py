@@ -350,10 +350,13 @@ class Broker:
             )
             self._fire(holder, TAKEN_OVER)
         registry.add(Connection(session, address, self._clock.seconds()))
+        self._log_client("connect", session, address, f"version={event.version}")
 
     def action_deregister(self, session: Session, event: Event) -> None:
         """Forget the session's connection: readers, offers; requeue what it held."""
         connection = self._connection(session)
+        if not (connection.remote or connection.internal):
+            self._log_client("close", session, connection.address, f"({self._why_closed(event)})")
         self.registry.remove(connection)
         self.streams.forget(connection)
         connection.ranges.clear()
@@ -361,6 +364,39 @@ class Broker:
         self.post.forget(connection)
         if event is EXPIRED:
             self.counters.expired_clients += 1
+
+    def _log_client(self, kind: str, session: Session, address: str, rest: str) -> None:
+        """
+        A client's connect or close at info level (a line per connection,
+        never per message; rate-limited against a storm of reconnections).
+        """
+        peer = getattr(session, "peer", None)  # a transport that knows it says it
+        self._log_limit.info(
+            kind,
+            "client {what}: address={address} user={user} {rest}{peer}",
+            what="connected" if kind == "connect" else "closed",
+            address=address or "(anonymous)",
+            user=session.user or "(none)",
+            rest=rest,
+            peer=f" peer={peer}" if peer else "",
+        )
+
+    def _why_closed(self, event: Event) -> str:
+        """Why a client's connection ends, for its close line."""
+        if isinstance(event, mlm.ConnectionClose):
+            return "CONNECTION_CLOSE"
+        if event is EXPIRED:
+            return f"expired after {self.config.timeout:g}s of silence"
+        if event is TAKEN_OVER:
+            return "its address was taken over by a new connection"
+        if event is REPLACED:
+            return "it opened again"
+        if isinstance(event, Unresponsive):
+            return f"unresponsive: {event.reason}"
+        if isinstance(event, Malformed):
+            return f"malformed message: {event.reason}"
+        name = mlm.MESSAGE_NAMES.get(getattr(event, "ID", 0), type(event).__name__)
+        return f"protocol violation: {name}"
 
     def action_store_writer(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.StreamWrite)
@@ -531,12 +567,7 @@ class Broker:
         # A pack session lives as long as its peer (ZRE's own timers say), a
         # bridge as long as the broker.
         expired = [c for c in self.registry if c.last_seen < limit and not (c.remote or c.internal)]
-        for connection in expired:
-            _log.info(
-                "{connection} expired after {timeout}s of silence",
-                connection=connection,
-                timeout=self.config.timeout,
-            )
+        for connection in expired:  # logged as its close, with the reason
             self._fire(connection, EXPIRED)
 
 

@@ -81,6 +81,12 @@ class Connection:
     internal: bool = False
     history: set[str] = field(default_factory=set)
     ranges: dict[str, RangeRead] = field(default_factory=dict)
+    # When it opened (clock seconds; the management API shows its age).
+    opened: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.opened:
+            self.opened = self.last_seen
 
     @property
     def gone(self) -> bool:

@@ -71,6 +71,8 @@ class Letter:
     relay: Callable[[Letter], None] | None = field(default=None, repr=False)
     # The pack peer that handed it over (its broker id) and its id there.
     relay_key: tuple[str, int] | None = None
+    # When the broker took it (clock seconds): the age of the oldest letter.
+    created: float = 0.0
 
     def __post_init__(self) -> None:
         self.size = sum(len(frame) for frame in self.content)

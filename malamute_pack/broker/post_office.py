@@ -106,6 +106,8 @@ class PostOffice:
         self._dispatches = 0
         self._ids = itertools.count(1)  # letter ids when there is no journal
         self.stored = 0
+        self.stored_requests = 0  # of those stored, service requests
+        self.purged = 0
         self.delivered = 0
         self.requeued = 0
         self.expired = 0
@@ -186,6 +188,7 @@ class PostOffice:
             if owner is not None:
                 self.deliver_mail(owner)
         else:
+            self.stored_requests += 1
             self.dispatch(self.service(letter.address))
         return _STORED if letter.state is LetterState.QUEUED else _DELIVERED
 
@@ -208,7 +211,8 @@ class PostOffice:
         check_name(f"{kind.value} address", message.address, limits.max_address)
         if longer_than(message.subject, limits.max_subject):
             raise Refused(f"invalid subject: longer than {limits.max_subject} bytes")
-        deadline = self._clock.seconds() + message.timeout / 1000.0 if message.timeout else None
+        now = self._clock.seconds()
+        deadline = now + message.timeout / 1000.0 if message.timeout else None
         letter = Letter(
             0,
             kind,
@@ -221,6 +225,7 @@ class PostOffice:
             sender.session,
             relay=relay,
             relay_key=relay_key,
+            created=now,
         )
         cost = letter.size + LETTER_OVERHEAD
         if self.letter_bytes + cost > limits.letters_max_bytes:
@@ -403,6 +408,22 @@ class PostOffice:
         letter.charged = 0
         letter.content = ()  # a letter kept for its CONFIRM needs no content
 
+    def purge(self, queue: LetterQueue) -> tuple[int, int]:
+        """
+        Drop every letter waiting in C{queue} (an operator's purge): gone
+        for good, out of the journal and the memory budget; a tracked
+        letter's sender hears that it failed. Letters a recipient holds
+        stay with it. The letters and content bytes dropped.
+        """
+        letters = list(queue)
+        size = queue.bytes
+        for letter in letters:
+            queue.remove(letter)
+            self._forget(letter)
+            self._notify_sender(letter, mlm.FAILED, "purged by an operator")
+        self.purged += len(letters)
+        return len(letters), size
+
     # Completion
 
     def confirm(self, recipient: Connection, message: mlm.Confirm) -> None:
@@ -450,6 +471,11 @@ class PostOffice:
         connection.receipts.clear()
         for service in touched:
             self.dispatch(service)
+        # An empty mailbox whose holder left is nothing to keep: without
+        # this every short-lived address (a `malamute status`) stays forever.
+        mailbox = self.mailboxes.get(connection.address) if connection.address else None
+        if mailbox is not None and not mailbox:
+            del self.mailboxes[connection.address]
 
     def _requeue(self, letter: Letter) -> Service | None:
         """Put a letter its recipient lost back at the front of its queue; its service."""
@@ -477,6 +503,7 @@ class PostOffice:
                 record.content,
                 record.deadline,
                 relay_key=(record.relay_origin, record.relay_id) if record.relay_origin else None,
+                created=record.created,
             )
             self._queue_of(kind, letter.address).append(letter, bounded=False)
             self._charge(letter, letter.size + LETTER_OVERHEAD)

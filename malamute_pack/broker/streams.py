@@ -101,6 +101,12 @@ class Streams:
             stream = self.streams[name] = Stream(name, self._match_cache)
         return stream
 
+    def last_seq(self, name: str) -> int:
+        """The last sequence number given on C{name} (0 for none)."""
+        if self._store is not None:
+            return self._store.last_seq(name)
+        return self._last_seq.get(name, 0)
+
     def set_writer(self, connection: Connection, name: str) -> None:
         connection.writer = self.require(name)
 

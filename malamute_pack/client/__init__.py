@@ -25,7 +25,8 @@ What each module holds:
 - C{outbox}: messages sent or held, STORED matched in send order.
 - C{inbox}: deliveries, dedupe (C{dedupe}), DONE and trackers.
 - C{heartbeat}, C{credit}: pings and the silence timer; flow control.
-- C{events}, C{errors}: what the application receives, and what it catches.
+- C{events}, C{errors}: what the application receives, and what it catches
+  (L{AuthenticationRefusedError}: the broker refused the credentials).
 
 How a message flows. Out: an API call on a driver -> the facade -> the
 core (a command to the channel, a send to the outbox) -> frames encoded by
@@ -42,6 +43,7 @@ Tests: ``tests/test_client_core.py``, ``tests/test_client_reactor.py``,
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.core import ClientCore
 from malamute_pack.client.errors import (
+    AuthenticationRefusedError,
     BadEndpointError,
     BrokerUnreachableError,
     ClientClosedError,
@@ -51,10 +53,11 @@ from malamute_pack.client.errors import (
 )
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.machine import ClientState
-from malamute_pack.client.options import ClientOptions, CurveKeys
+from malamute_pack.client.options import ClientOptions, CurveKeys, plain_credentials
 from malamute_pack.client.reactor_client import MalamuteClient
 
 __all__ = [
+    "AuthenticationRefusedError",
     "BadEndpointError",
     "BlockingClient",
     "BrokerUnreachableError",
@@ -70,4 +73,5 @@ __all__ = [
     "MalamuteClient",
     "MalamuteError",
     "MessageDroppedError",
+    "plain_credentials",
 ]

@@ -17,7 +17,10 @@ primary/backup pair); the client fails over between them as the Twisted
 client does (L{malamute_pack.client.reactor_client}): C{endpoint} is the
 one it is on, C{switches} counts the moves. The monitor of its DEALER is
 polled with it: a broken connection moves the client on at once, and a
-send finds no connection at once instead of blocking.
+send finds no connection at once instead of blocking. With one endpoint
+or several, the monitor tells too when the broker refuses the
+credentials: the constructor raises L{AuthenticationRefusedError} then,
+not after its timeout.
 
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides, as for the Twisted client. The client speaks protocol version 2
@@ -46,12 +49,19 @@ import zmq
 from twisted.logger import Logger
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
-from malamute_pack.client.dealer import check_endpoints, make_dealer, make_watched_dealer
+from malamute_pack.client.dealer import check_endpoints, make_watched_dealer
 from malamute_pack.client.endpoints import EndpointSpec, parse_endpoints
 from malamute_pack.client.errors import BrokerUnreachableError, ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.facade import ClientFacade
-from malamute_pack.client.monitor import LinkChange, link_change, unwatch, wait_writable
+from malamute_pack.client.monitor import (
+    LinkChange,
+    Refusal,
+    link_change,
+    refusal_error,
+    unwatch,
+    wait_writable,
+)
 from malamute_pack.client.options import ClientOptions, OptionOverrides, resolve_options
 from malamute_pack.client.outbox import StoredCallback
 
@@ -73,7 +83,9 @@ class BlockingClient(ClientFacade[None, int]):
     A connection to a Malamute broker for code without a reactor.
 
     The constructor connects and blocks until OK (raising L{MalamuteError}
-    on ERROR, L{BrokerUnreachableError} after C{timeout} seconds).
+    on ERROR, L{BrokerUnreachableError} after C{timeout} seconds, and
+    L{AuthenticationRefusedError} as soon as the broker refuses the
+    credentials or requires some that were not given).
 
     @ivar on_gap: if set, called with each L{Gap} (version 2) as it arrives
         (inside whichever call is waiting for input); C{gaps} counts them.
@@ -111,12 +123,13 @@ class BlockingClient(ClientFacade[None, int]):
         self._core = ClientCore(self._clock, self, resolved, endpoints)
         self.on_gap = on_gap
         self._poller = zmq.Poller()
-        # With several endpoints, the monitor of the DEALER, whether its
-        # connection is up, and what the monitor said that the core has not
-        # heard yet.
+        # The monitor of the DEALER (with several endpoints, whether its
+        # connection is up; with any, whether the broker refused us), and
+        # what the monitor said that the core has not heard yet.
+        self._several = len(endpoints) > 1
         self._monitor: zmq.Socket[bytes] | None = None
         self._linked = True
-        self._changes: deque[LinkChange] = deque()
+        self._changes: deque[LinkChange | Refusal] = deque()
         self._socket = self._dealer(endpoints[0])
         self._deliveries: deque[Delivery] = deque()
         self._confirmations: deque[Confirmation] = deque()
@@ -150,19 +163,16 @@ class BlockingClient(ClientFacade[None, int]):
 
     def _dealer(self, endpoint: str) -> zmq.Socket[bytes]:
         """
-        A DEALER connected to C{endpoint}, polled from now on (with several
-        endpoints, its monitor too).
+        A DEALER connected to C{endpoint}, polled from now on, and its
+        monitor too.
         """
         options = self._core.options
-        if len(self._core.endpoints) > 1:
-            socket, monitor = make_watched_dealer(
-                self._context, endpoint, options.plain, options.curve
-            )
-            self._poller.register(monitor, zmq.POLLIN)
-            self._monitor = monitor
-            self._linked = False
-        else:
-            socket = make_dealer(self._context, endpoint, options.plain, options.curve)
+        socket, monitor = make_watched_dealer(
+            self._context, endpoint, options.plain, options.curve, immediate=self._several
+        )
+        self._poller.register(monitor, zmq.POLLIN)
+        self._monitor = monitor
+        self._linked = not self._several
         # A full send queue blocks a script for at most the timeout, then drops.
         socket.setsockopt(zmq.SNDTIMEO, int(options.timeout * 1000))
         self._poller.register(socket, zmq.POLLIN)
@@ -218,7 +228,7 @@ class BlockingClient(ClientFacade[None, int]):
     # CoreOwner
 
     def send_frames(self, frames: list[bytes]) -> None:
-        if self._monitor is None:
+        if not self._several or self._monitor is None:
             try:
                 self._socket.send_multipart(frames)
             except zmq.Again:
@@ -341,14 +351,20 @@ class BlockingClient(ClientFacade[None, int]):
                 change = link_change(monitor.recv_multipart(zmq.NOBLOCK))
                 if change is not None:
                     self._changes.append(change)
-                    self._linked = change is LinkChange.MADE
+                    if self._several:
+                        self._linked = change is LinkChange.MADE
         except zmq.Again:
             pass
 
     def _tell_changes(self) -> None:
         """Tell the core what the monitor said (a move to another endpoint drops the rest)."""
         while self._changes:
-            if self._changes.popleft() is LinkChange.MADE:
+            change = self._changes.popleft()
+            if isinstance(change, Refusal):
+                options = self._core.options
+                error = refusal_error(change, self._core.endpoint, options.plain, options.curve)
+                self._core.connection_refused(error)
+            elif change is LinkChange.MADE:
                 self._core.connection_made()
             else:
                 self._core.connection_lost()

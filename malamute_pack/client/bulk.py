@@ -31,6 +31,9 @@ for the other clients, its DEALER's monitor says at once when the
 connection breaks (a broker killed: the call goes to the next without
 waiting for the timeout), and an endpoint where no connection comes up
 within a short grace is left for the next (``malamute_pack.client.monitor``).
+With one endpoint or several, the monitor also says at once when the
+broker refuses the credentials (or requires some and none were given):
+L{AuthenticationRefusedError}, never retried.
 
 Tests: ``tests/test_client_bulk.py``.
 """
@@ -45,7 +48,7 @@ from typing import Final, TypeVar
 
 import zmq
 
-from malamute_pack.client.dealer import check_endpoints, make_dealer, make_watched_dealer
+from malamute_pack.client.dealer import check_endpoints, make_watched_dealer
 from malamute_pack.client.endpoints import (
     BACK_OFF,
     HANDSHAKE_GRACE,
@@ -54,8 +57,20 @@ from malamute_pack.client.endpoints import (
     EndpointSpec,
     parse_endpoints,
 )
-from malamute_pack.client.errors import BrokerUnreachableError, ClientError, MalamuteError
-from malamute_pack.client.monitor import LinkChange, link_change, unwatch, wait_writable
+from malamute_pack.client.errors import (
+    AuthenticationRefusedError,
+    BrokerUnreachableError,
+    ClientError,
+    MalamuteError,
+)
+from malamute_pack.client.monitor import (
+    LinkChange,
+    Refusal,
+    link_change,
+    refusal_error,
+    unwatch,
+    wait_writable,
+)
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.protocol import chunks, mlm
 from malamute_pack.protocol.mlm import LATEST
@@ -159,6 +174,8 @@ class BulkClient:
     @ivar endpoints: every endpoint, in the order they are tried.
 
     @raise BrokerUnreachableError: no broker answered in time.
+    @raise AuthenticationRefusedError: the broker refused the credentials
+        (at once, not after the timeout; never retried).
     @raise MalamuteError: the broker refused the connection.
     """
 
@@ -179,8 +196,8 @@ class BulkClient:
         self._retries = retries
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._socket: zmq.Socket[bytes] | None = None
-        # With several endpoints: the monitor of the socket, and whether its
-        # connection is up.
+        # The monitor of the socket (refusals; with several endpoints, the
+        # connection up or lost), and whether its connection is up.
         self._monitor: zmq.Socket[bytes] | None = None
         self._linked = False
         self._credit = 0  # credit the broker holds for this connection
@@ -263,7 +280,9 @@ class BulkClient:
         self._credit = 0
         opening = mlm.ConnectionOpen(version=2, address=options.address)
         if not self._ring.several:
-            self._socket = make_dealer(self._context, self.endpoint, options.plain, options.curve)
+            self._socket, self._monitor = make_watched_dealer(
+                self._context, self.endpoint, options.plain, options.curve, immediate=False
+            )
             self._command(opening, mlm.Ok, wait)
             return
         started = time.monotonic()
@@ -280,12 +299,19 @@ class BulkClient:
         self._command(opening, mlm.Ok, max(0.0, started + wait - time.monotonic()))
 
     def _read_monitor(self) -> None:
-        """What the monitor says: _Silent if the connection broke."""
+        """
+        What the monitor says: L{AuthenticationRefusedError} if the broker
+        refused the credentials; with several endpoints, _Silent if the
+        connection broke.
+        """
         assert self._monitor is not None
         try:
             while True:
                 change = link_change(self._monitor.recv_multipart(zmq.NOBLOCK))
-                if change is LinkChange.LOST:
+                if isinstance(change, Refusal):
+                    options = self._options
+                    raise refusal_error(change, self.endpoint, options.plain, options.curve)
+                if change is LinkChange.LOST and self._ring.several:
                     self._linked = False
                     raise _Silent()
                 if change is LinkChange.MADE:
@@ -305,7 +331,7 @@ class BulkClient:
     def _send(self, message: mlm.Message) -> None:
         assert self._socket is not None
         frames = mlm.encode(message)
-        if self._monitor is None:
+        if not self._ring.several:
             self._socket.send_multipart(frames)
         else:
             self._send_watched(frames)
@@ -333,7 +359,8 @@ class BulkClient:
     def _receive(self, wait: float | None = None) -> mlm.Message:
         """
         The next message from the broker; _Silent after C{wait} (the
-        timeout), or at once if the connection breaks (several endpoints).
+        timeout), or at once if the connection breaks (several endpoints);
+        L{AuthenticationRefusedError} if the broker refused us.
         """
         assert self._socket is not None
         wait = self._timeout if wait is None else wait
@@ -349,8 +376,8 @@ class BulkClient:
 
     def _await_input(self, until: float) -> None:
         """
-        (Several endpoints) wait until the socket has input; _Silent at
-        C{until}, or when the monitor says the connection broke (what the
+        Wait until the socket has input; _Silent at C{until}, or (several
+        endpoints) when the monitor says the connection broke (what the
         broker sent before it went is read first).
         """
         assert self._socket is not None and self._monitor is not None
@@ -423,6 +450,8 @@ class BulkClient:
                 self._fresh()
                 got = self._command(query, mlm.StreamStatus)
                 break
+            except AuthenticationRefusedError:
+                raise  # trying again would be refused again
             except (_Silent, BrokerUnreachableError) as e:
                 attempts += 1
                 if not self._ring.several and isinstance(e, BrokerUnreachableError):
@@ -454,6 +483,8 @@ class BulkClient:
                         position = max(position, item.available)
                     yield item
                 return
+            except AuthenticationRefusedError:
+                raise
             except (_Silent, BrokerUnreachableError):
                 # Silent mid-read, or not back yet: again on a new connection.
                 attempts += 1
@@ -543,6 +574,8 @@ class BulkClient:
                 self._fresh()
                 got = self._command(message, mlm.StreamAppended)
                 break
+            except AuthenticationRefusedError:
+                raise
             except (_Silent, BrokerUnreachableError):
                 attempts += 1
                 if attempts > self._retries:

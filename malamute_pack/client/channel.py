@@ -87,8 +87,9 @@ class Command:
 
 
 # What an event carries: the command asked for, the broker's ERROR, or (for
-# the fail-over events of the owner and the timers) why the endpoint failed.
-Payload = Command | mlm.Error | str | None
+# the fail-over events of the owner and the timers) why the endpoint failed,
+# or (DEADLINE of CONNECTING ahead of time) the error connect() fails with.
+Payload = Command | mlm.Error | str | ClientError | None
 
 
 class ChannelOwner(Protocol):
@@ -179,6 +180,7 @@ class CommandChannel:
         # back-off ends, and the event it then raises.
         self._attempt: tuple[float, Event] | None = None
         self._last_failure = ""  # why the last endpoint was left, for connect()'s error
+        self._refusal_logged = ""  # the last refusal logged (each is logged once)
         # With several endpoints: when the connection to the current endpoint
         # was made, and, while CONNECTION_OPEN (outstanding) waits for it to
         # come up, when the endpoint counts as unreachable.
@@ -280,6 +282,21 @@ class CommandChannel:
     def connection_lost(self) -> None:
         """(Several endpoints) the connection to the current endpoint broke."""
         self._dispatch(Event.LOST, "the connection broke")
+
+    def refused(self, error: ClientError) -> None:
+        """
+        The broker refused the connection's security handshake (the owner's
+        socket monitor says so; ZeroMQ does not try again): connect() fails
+        with C{error} now instead of at its timeout. Later (a reconnection
+        meeting new credentials on the broker) it is logged: the client
+        stays as silence leaves it.
+        """
+        if self.state is ClientState.CONNECTING:
+            self._deadline = None
+            self._dispatch(Event.DEADLINE, error)
+        elif str(error) != self._refusal_logged:
+            self._refusal_logged = str(error)
+            _log.error("{error}", error=error)
 
     def silence(self) -> None:
         """Nothing was heard from the broker for the timeout."""
@@ -442,6 +459,9 @@ class CommandChannel:
         self._later(self._take_outstanding().done, error)
 
     def _action_time_out_open(self, payload: Payload) -> None:
+        if isinstance(payload, ClientError):  # ended early: the broker refused us
+            self._later(self._take_outstanding().done, payload)
+            return
         if self._ring.several:
             last = f" (the last: {self._last_failure})" if self._last_failure else ""
             error = BrokerUnreachableError(

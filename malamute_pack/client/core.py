@@ -31,7 +31,10 @@ opens and replays there as after a restart (``machine.FAILOVER_MACHINE``).
 Not to wait for silence, the driver watches its connection (a socket
 monitor) and tells the core when it is up (L{ClientCore.connection_made})
 and when it breaks (L{ClientCore.connection_lost}: the broker is left at
-once); its socket queues only on a connection that is up
+once), and when the broker refused the security handshake
+(L{ClientCore.connection_refused}: connect() fails at once with
+L{AuthenticationRefusedError}, one endpoint or several); its socket queues
+only on a connection that is up
 (L{CoreOwner.try_send}), so that an endpoint nobody listens on is left
 after a short grace instead of its share of the timeout.
 
@@ -421,6 +424,15 @@ class ClientCore(ChannelOwner):
         """
         if self._ring.several and self._channel.state in LISTENING:
             self._channel.connection_lost()
+
+    def connection_refused(self, error: ClientError) -> None:
+        """
+        The broker refused the connection's security handshake (the
+        driver's socket monitor said so): connect() fails with C{error} at
+        once; later, it is logged.
+        """
+        if self._channel.state in LISTENING:
+            self._channel.refused(error)
 
     def _on_stored(self, message: mlm.Stored) -> None:
         if self._outbox.stored(message) and not self._outbox.awaiting_stored:

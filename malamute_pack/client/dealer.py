@@ -8,7 +8,10 @@ L{check_endpoints} refuses a bad endpoint up front. Such a client's
 DEALER (L{make_watched_dealer}) queues messages only on a connection that
 is up (C{zmq.IMMEDIATE}: a send with none fails at once, so an endpoint
 nobody listens on is found out quickly) and reports its connection
-coming up and breaking (L{malamute_pack.client.monitor}).
+coming up and breaking (L{malamute_pack.client.monitor}). Every client
+watches its DEALER, one endpoint or several, to hear at once that the
+broker refused its credentials (C{immediate=False} for one endpoint: its
+DEALER queues as before, whatever the connection).
 
 Tests: ``tests/test_client_dealer.py``.
 """
@@ -50,17 +53,19 @@ def make_watched_dealer(
     endpoint: str,
     plain: tuple[str, str] | None = None,
     curve: CurveKeys | None = None,
+    immediate: bool = True,
 ) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
     """
-    (Several endpoints) a DEALER as L{make_dealer} makes, that queues
-    messages only on a connection that is up (C{zmq.IMMEDIATE}), and the
-    PAIR socket its connection events come on (L{monitor.watch}, attached
-    before it connects so that none is missed).
+    A DEALER as L{make_dealer} makes and the PAIR socket its connection
+    events come on (L{monitor.watch}, attached before it connects so that
+    none is missed). With C{immediate} (several endpoints) it queues
+    messages only on a connection that is up (C{zmq.IMMEDIATE}).
 
     @raise BadEndpointError: if ZeroMQ refuses the endpoint.
     """
     socket = _dealer(context, plain, curve)
-    socket.setsockopt(zmq.IMMEDIATE, 1)
+    if immediate:
+        socket.setsockopt(zmq.IMMEDIATE, 1)
     pair = watch(socket)
     try:
         _connect(socket, endpoint)

@@ -32,6 +32,34 @@ class BrokerUnreachableError(ClientError):
     """
 
 
+class AuthenticationRefusedError(BrokerUnreachableError):
+    """
+    The broker refused the connection's security handshake: wrong PLAIN
+    credentials, a CURVE key it does not know, or a mechanism it does not
+    take (e.g. no credentials where it requires PLAIN). ZeroMQ reports it
+    through the client's socket monitor at once; it does not retry, so
+    waiting longer would not help.
+
+    A L{BrokerUnreachableError}: code that catches that (the broker cannot
+    be used) stays right; catch this first to tell the user to fix the
+    credentials rather than start the broker.
+
+    @ivar endpoint: the broker's endpoint.
+    @ivar mechanism: what the client offered: C{"PLAIN"}, C{"CURVE"} or
+        C{"NULL"} (no credentials).
+    @ivar status: the ZAP status code (400) for a refusal of the
+        credentials, or None for a failed handshake (a mechanism mismatch).
+    """
+
+    def __init__(
+        self, message: str, endpoint: str, mechanism: str, status: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.mechanism = mechanism
+        self.status = status
+
+
 class ClientClosedError(ClientError):
     """The client is not open (never connected, closing or closed)."""
 

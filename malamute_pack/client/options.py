@@ -11,6 +11,8 @@ Tests: ``tests/test_client_options.py``.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, NamedTuple, TypedDict
@@ -21,6 +23,9 @@ from malamute_pack.client.dedupe import ID_WINDOW
 from malamute_pack.protocol import mlm
 
 VERSIONS: Final = (1, 2)
+# The environment variable programs read a PLAIN password from (never a
+# command-line option: other users can read those).
+PASSWORD_VARIABLE: Final = "MALAMUTE_PASSWORD"
 
 
 class CurveKeys(NamedTuple):
@@ -106,6 +111,25 @@ class ClientOptions:
                 raise ValueError(f"CURVE keys must be 40 characters of Z85: {', '.join(bad)}")
         if self.curve is not None and self.plain is not None:
             raise ValueError("choose PLAIN or CURVE, not both")
+
+
+def plain_credentials(
+    user: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """
+    PLAIN credentials for C{user} (a C{--user} option), the password taken
+    from the environment variable L{PASSWORD_VARIABLE}; None without a user.
+
+    @raise ValueError: a user was given and the variable is not set.
+    """
+    if not user:
+        return None
+    password = (os.environ if environ is None else environ).get(PASSWORD_VARIABLE)
+    if password is None:
+        raise ValueError(
+            f"--user {user} needs the password in the environment: {PASSWORD_VARIABLE}"
+        )
+    return (user, password)
 
 
 class OptionOverrides(TypedDict, total=False):

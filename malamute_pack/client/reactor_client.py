@@ -25,7 +25,11 @@ socket monitor on the DEALER (read through a L{ZmqSocket} of its own)
 tells the core at once when the connection breaks (a broker killed: the
 client moves on without waiting for silence) or comes up, and the DEALER
 queues only on a connection that is up, so that an endpoint nobody listens
-on is left after a short grace (``malamute_pack.client.monitor``).
+on is left after a short grace (``malamute_pack.client.monitor``). With
+one endpoint or several, that monitor also says at once when the broker
+refuses the credentials (or requires some and none were given):
+C{connect} fails with L{AuthenticationRefusedError} then, not after its
+timeout.
 
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides (C{timeout=2.0, version=1}...). The client speaks protocol
@@ -53,12 +57,18 @@ from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
 from malamute_pack.client.core import ClientCore, ClientState, Done
-from malamute_pack.client.dealer import check_endpoints, make_dealer, make_watched_dealer
+from malamute_pack.client.dealer import check_endpoints, make_watched_dealer
 from malamute_pack.client.endpoints import EndpointSpec, parse_endpoints
 from malamute_pack.client.errors import ClientClosedError, ClientError
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.facade import ClientFacade
-from malamute_pack.client.monitor import LinkChange, link_change, unwatch
+from malamute_pack.client.monitor import (
+    LinkChange,
+    Refusal,
+    link_change,
+    refusal_error,
+    unwatch,
+)
 from malamute_pack.client.options import ClientOptions, OptionOverrides, resolve_options
 from malamute_pack.client.outbox import StoredCallback
 from malamute_pack.protocol import mlm
@@ -111,8 +121,10 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         @param endpoints: every endpoint, in order; with several, the
             client fails over between them, making its new sockets in
             C{context} (the global one if None).
-        @param monitor: with several endpoints, the PAIR socket of
-            C{socket}'s monitor (L{make_watched_dealer}).
+        @param monitor: the PAIR socket of C{socket}'s monitor
+            (L{make_watched_dealer}): with several endpoints, whether the
+            connection is up; with any, whether the broker refused the
+            credentials.
         """
         self._reactor = reactor
         self._clock = cast(_Timers, reactor)
@@ -121,6 +133,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         self._socket = ZmqSocket(reactor, socket, self._received)
         self._monitor: ZmqSocket | None = None
         self._linked = True  # whether the connection is up (always, as far as one endpoint goes)
+        self._several = len(endpoints) > 1
         if monitor is not None:
             self._watch(monitor)
         self._dropped_before = 0  # by the sockets of endpoints left
@@ -157,6 +170,8 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         @param context: the ZeroMQ context (the global one if None).
         @return: fires with the client once the broker said OK; fails with
             L{MalamuteError} on ERROR, L{BrokerUnreachableError} on timeout,
+            L{AuthenticationRefusedError} (at once) if the broker refused
+            the credentials or requires some and none were given,
             L{BadEndpointError} if ZeroMQ refuses the endpoint, ValueError
             for options that are not valid.
         """
@@ -165,13 +180,13 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
             endpoints = parse_endpoints(endpoint)
             zmq_context = context or zmq.Context.instance()
             check_endpoints(zmq_context, endpoints[1:])
-            monitor = None
-            if len(endpoints) > 1:
-                socket, monitor = make_watched_dealer(
-                    zmq_context, endpoints[0], resolved.plain, resolved.curve
-                )
-            else:
-                socket = make_dealer(zmq_context, endpoints[0], resolved.plain, resolved.curve)
+            socket, monitor = make_watched_dealer(
+                zmq_context,
+                endpoints[0],
+                resolved.plain,
+                resolved.curve,
+                immediate=len(endpoints) > 1,
+            )
         except (ClientError, ValueError) as e:
             return defer.fail(e)
         client = cls(
@@ -310,7 +325,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         """Read the current DEALER's monitor from now on; its connection is not up yet."""
         self._monitor = ZmqSocket(self._reactor, monitor, self._monitored)
         self._monitor.startReading()
-        self._linked = False
+        self._linked = not self._several
 
     def _unwatch(self) -> None:
         """Stop the current DEALER's monitor (before the DEALER closes)."""
@@ -325,11 +340,15 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
             if self._monitor is not monitor:
                 break  # the client moved to another endpoint: the rest is the old one's
             change = link_change(frames)
-            if change is LinkChange.MADE:
+            if isinstance(change, Refusal):
+                options = self._core.options
+                error = refusal_error(change, self._core.endpoint, options.plain, options.curve)
+                self._core.connection_refused(error)
+            elif change is LinkChange.MADE:
                 self._linked = True
                 self._core.connection_made()
             elif change is LinkChange.LOST:
-                self._linked = False
+                self._linked = not self._several
                 socket = self._socket
                 socket.doRead()  # first what the broker said before it went
                 if self._socket is socket:

@@ -208,6 +208,11 @@ class Journal:
         self._replica_position = 0
         # Outcomes held for the partner: (position of the batch's last op, outcome).
         self._held: deque[tuple[int, BatchOutcome]] = deque()
+        # Per hand-over, the position of its last operation and when: how
+        # long a batch took from hand-over to commit (commit_latencies).
+        self._handed_at: deque[tuple[int, float]] = deque()
+        # Seconds from hand-over to commit of the latest batches (statistics).
+        self.commit_latencies: deque[float] = deque(maxlen=256)
 
     @property
     def path(self) -> Path:
@@ -217,6 +222,64 @@ class Journal:
     def marker(self) -> Path | None:
         """The data directory's marker this journal checks its identity against, if any."""
         return self._marker
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the journal is open (its writer running)."""
+        return self._writer is not None
+
+    @property
+    def config(self) -> JournalConfig:
+        """Its settings (retention as L{set_retention} last changed it)."""
+        return self._config
+
+    def set_retention(self, config: JournalConfig) -> None:
+        """
+        Prune by C{config}'s retention from the next pruning step on (an
+        operator's change, until the broker restarts).
+        """
+        self._config = config
+        if self._writer is not None:
+            # The writer reads its config's retention at each pruning step.
+            self._writer._config = config
+
+    def stream_totals(self) -> Deferred[dict[str, tuple[int, int]]]:
+        """Per stream, the records and content bytes committed and retained."""
+        return self._read(self._select_stream_totals)
+
+    def delete_stream(self, stream: str) -> Deferred[tuple[int, int]]:
+        """
+        Delete every record of C{stream} assigned so far (an operator's
+        delete): gone for readers at once (the first retained sequence
+        number moves past them), from the file once everything queued
+        before is written; fires with the records and content bytes
+        deleted. Its sequence numbers go on.
+        """
+        last = self.last_seq(stream)
+        if last + 1 > self._first_seq.get(stream, 1):
+            self._first_seq[stream] = last + 1
+        where = "FROM stream_messages WHERE stream = ? AND seq <= ?"
+        # Queries, in order, in one transaction: what goes, then the
+        # stream's totals less it, then the records.
+        deleted = self.execute(
+            [],
+            [
+                (f"SELECT count(*), coalesce(sum(bytes), 0) {where}", (stream, last)),
+                (
+                    f"UPDATE streams SET message_count = max(0, message_count -"
+                    f" (SELECT count(*) {where})), total_bytes = max(0, total_bytes -"
+                    f" (SELECT coalesce(sum(bytes), 0) {where})) WHERE stream = ?",
+                    (stream, last, stream, last, stream),
+                ),
+                (f"DELETE {where}", (stream, last)),
+            ],
+        )
+
+        def done(rows: list[Rows]) -> tuple[int, int]:
+            count, size = rows[0][0]
+            return int(count), int(size)
+
+        return deleted.addCallback(done)
 
     @property
     def pending_writes(self) -> int:
@@ -818,6 +881,11 @@ class Journal:
         ).fetchall()
         return cast(list[StreamRow], rows)
 
+    def _select_stream_totals(self) -> dict[str, tuple[int, int]]:
+        assert self._reader is not None
+        rows = self._reader.execute("SELECT stream, message_count, total_bytes FROM streams")
+        return {stream: (count, size) for stream, count, size in rows}
+
     def _select_queued(self, ids: list[int]) -> list[QueuedRecord]:
         assert self._reader is not None
         found: list[QueuedRecord] = []
@@ -876,6 +944,7 @@ class Journal:
             self._writer.submit(kept)
             first = self._handed + 1
             self._handed += len(kept)
+            self._handed_at.append((self._handed, self._clock.seconds()))
             if self.shipper is not None:
                 self.shipper(first, kept)
             self._backlog_bytes += added
@@ -935,6 +1004,11 @@ class Journal:
 
     def _batch_done(self, outcome: BatchOutcome) -> None:
         self._reported += outcome.operations
+        handed_at = self._handed_at
+        if handed_at:
+            self.commit_latencies.append(self._clock.seconds() - handed_at[0][1])
+            while handed_at and handed_at[0][0] <= self._reported:
+                handed_at.popleft()
         if self._hold and (self._held or self._replica_position < self._reported):
             self._held.append((self._reported, outcome))
             return

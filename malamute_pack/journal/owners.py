@@ -145,7 +145,11 @@ class OwnerJournalService(Service):
         except JournalError as e:
             _log.critical("the broker cannot start: {error}", error=e)
             raise
-        _log.info("{count} addresses have owners", count=len(found))
+        _log.info(
+            "{count} {have} owners",
+            count=len(found),
+            have="address has" if len(found) == 1 else "addresses have",
+        )
         self._loaded(found)
         super().startService()  # type: ignore[no-untyped-call]
 

@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.journal import Journal, Recovered
+from malamute_pack.text import plural
 
 _log = Logger()
 
@@ -37,10 +38,10 @@ class JournalService(Service):
             _log.critical("the broker cannot start: {error}", error=e)
             raise
         _log.info(
-            "journal {path}: {streams} streams, {letters} letters waiting{crash}",
+            "journal {path}: {streams}, {letters} waiting{crash}",
             path=str(self.journal.path),
-            streams=len(found.streams),
-            letters=len(found.queued),
+            streams=plural(len(found.streams), "stream"),
+            letters=plural(len(found.queued), "letter"),
             crash=" (the last run crashed: numbering jumps past what it may have used)"
             if self.journal.crashed
             else "",

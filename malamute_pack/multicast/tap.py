@@ -22,7 +22,8 @@ from malamute_pack.client.options import ClientOptions
 from malamute_pack.multicast import config
 from malamute_pack.multicast.config import BridgeConfigError, BridgeSettings
 from malamute_pack.multicast.service import BridgeService
-from malamute_pack.zpl import ZplError, load_zpl
+from malamute_pack.startup import OneLineOptions, make_or_exit, read_config
+from malamute_pack.zpl import ZplError
 
 BRIDGE_PARAMETERS: list[list[Any]] = [
     [
@@ -95,8 +96,10 @@ class BridgeOptionsMixin:
         return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-class Options(BridgeOptionsMixin, usage.Options):
+class Options(BridgeOptionsMixin, OneLineOptions):
     """Options of C{twistd malamute-bridge}."""
+
+    program = "malamute-bridge"
 
     synopsis = "--bridge-source EP --bridge-out STREAM[:PATTERN]=URL [options]"
     longdesc = (
@@ -118,7 +121,11 @@ class Options(BridgeOptionsMixin, usage.Options):
         try:
             base = BridgeSettings()
             if self["config"]:
-                base = config.from_zpl(load_zpl(Path(self["config"])), base)
+                base = read_config(
+                    Path(self["config"]),
+                    lambda tree: config.from_zpl(tree, base),
+                    (BridgeConfigError,),
+                )
             settings = self.bridge_settings(base)
             if self["origin"]:
                 settings = dataclasses.replace(settings, origin=self["origin"])
@@ -158,5 +165,8 @@ def makeBridgeService(
 
 
 def makeService(options: Options) -> IService:
-    """The service C{twistd malamute-bridge} runs."""
-    return makeBridgeService(options["settings"])
+    """
+    The service C{twistd malamute-bridge} runs: one that cannot be made or
+    started is one line on stderr and exit status 1 (L{malamute_pack.startup}).
+    """
+    return make_or_exit("malamute-bridge", lambda: makeBridgeService(options["settings"]))

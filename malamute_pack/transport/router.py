@@ -6,12 +6,17 @@ broker; the sessions answer through the same socket. On a PLAIN or CURVE
 socket every message is read with the user ZAP gave its connection
 (L{ZmqSocket}'s C{identified} mode), so the sessions know their users and
 a routing id taken over by another user's connection is seen at once.
+Security handshakes that fail before ZAP (a client without credentials on
+a PLAIN endpoint) are logged by a socket monitor on the ROUTER
+(L{malamute_pack.transport.handshakes}).
 
-Tests: ``tests/test_end_to_end.py``, ``tests/test_transport_security.py``.
+Tests: ``tests/test_end_to_end.py``, ``tests/test_transport_security.py``,
+``tests/test_startup.py`` (endpoints it cannot bind).
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 import zmq
@@ -21,6 +26,7 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.session import Receiver
+from malamute_pack.transport.handshakes import HandshakeMonitor
 from malamute_pack.transport.sessions import MlmSessions
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
@@ -28,6 +34,51 @@ _log = Logger()
 
 # The ZAP domain the broker's sockets authenticate in.
 ZAP_DOMAIN = "malamute"
+
+_LIKE = "give an endpoint like tcp://*:9999, tcp://127.0.0.1:9999 or ipc://@/name"
+
+
+def bind_error_message(endpoint: str, error_number: int | None, verb: str = "bind") -> str:
+    """
+    What a refused bind of C{endpoint} means, and what to do, in one line
+    (C{verb} names what was refused).
+    """
+    reason = zmq.strerror(error_number) if error_number is not None else "refused"
+    tcp = endpoint.startswith("tcp://")
+    if tcp and _port_too_high(endpoint):
+        hint = "a TCP port is at most 65535"
+    elif error_number == errno.EADDRINUSE:
+        hint = "another broker or program is bound there: stop it, or give this one another -e"
+    elif error_number == errno.EADDRNOTAVAIL:
+        hint = "no interface of this host has that address: give one it has, or tcp://*:PORT"
+    elif error_number == errno.ENODEV:
+        hint = (
+            "bind takes an interface's address or name, not a host name: tcp://127.0.0.1:9999,"
+            " tcp://eth0:9999 or tcp://*:9999"
+        )
+    elif error_number == errno.EACCES and tcp:
+        hint = "ports below 1024 need root: pick a port above 1023"
+    elif error_number in (errno.EACCES, errno.ENOENT, errno.ENOTDIR) and not tcp:
+        hint = "the ipc file's directory must exist and be writable; or use ipc://@/name"
+    elif error_number == getattr(zmq, "ENOCOMPATPROTO", None):
+        hint = f"the broker binds tcp:// and ipc:// endpoints: {_LIKE.removeprefix('give ')}"
+    else:
+        hint = _LIKE
+    return f"cannot {verb} {endpoint}: {reason} ({hint})"
+
+
+def _port_too_high(endpoint: str) -> bool:
+    """Whether a tcp endpoint's port is beyond 65535 (libzmq would bind it modulo 65536)."""
+    port = endpoint.rpartition(":")[2]
+    return port.isdigit() and int(port) > 65535
+
+
+class BindError(zmq.ZMQError):
+    """An endpoint the broker cannot bind; the message says why and what to do."""
+
+    def __init__(self, endpoint: str, error: zmq.ZMQError) -> None:
+        super().__init__(error.errno, bind_error_message(endpoint, error.errno))
+        self.endpoint = endpoint
 
 
 class RouterService(Service):
@@ -69,6 +120,8 @@ class RouterService(Service):
         self.sessions: MlmSessions | None = None
         self.bound: list[str] = []
         self._paused = False
+        # Failed security handshakes, logged and counted (C{handshakes.log}), once started.
+        self.handshakes: HandshakeMonitor | None = None
 
     def startService(self) -> None:
         raw = self._context.socket(zmq.ROUTER)
@@ -87,13 +140,22 @@ class RouterService(Service):
             raw.setsockopt(zmq.CURVE_SECRETKEY, self._curve_secret)
         if self.mechanism != "null":
             raw.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        # Bound here, once the journal opened and ZAP runs (a broker that
+        # refuses its journal never had clients); a refused endpoint is a
+        # BindError that ends the start (L{malamute_pack.startup}).
         try:
             for endpoint in self.endpoints:
-                raw.bind(endpoint)
+                try:
+                    if endpoint.startswith("tcp://") and _port_too_high(endpoint):
+                        raise zmq.ZMQError(errno.EINVAL)
+                    raw.bind(endpoint)
+                except zmq.ZMQError as e:
+                    raise BindError(endpoint, e) from e
                 self.bound.append(raw.getsockopt_string(zmq.LAST_ENDPOINT))
                 _log.info("Malamute broker bound to {endpoint}", endpoint=self.bound[-1])
         except zmq.ZMQError:
             raw.close(linger=0)
+            self.bound = []
             raise
         identified = self.mechanism != "null"
         self.socket = ZmqSocket(
@@ -102,6 +164,8 @@ class RouterService(Service):
             self._received_identified if identified else self._received,
             identified=identified,
         )
+        self.handshakes = HandshakeMonitor(self._reactor, raw, self.mechanism)
+        self.handshakes.start()
         clock: IReactorTime = self._reactor  # type: ignore[assignment]
         self.sessions = MlmSessions(self._receiver, self.socket.send_to, self._limits, clock)
         self.socket.startReading()
@@ -150,6 +214,9 @@ class RouterService(Service):
         super().stopService()
         if self.sessions is not None:
             self.sessions.stop()
+        if self.handshakes is not None:
+            self.handshakes.stop()
+            self.handshakes = None
         if self.socket is not None:
             self.socket.close()
             self.socket = None

@@ -2,7 +2,9 @@
 The broker's security files as a service: the password file (PLAIN), the
 CURVE clients' keys and the access-control file, read when the broker
 starts and again on SIGHUP, into the ZAP handler (who may connect, as
-which user) and the broker's access control (what each user may do).
+which user) and the broker's access control (what each user may do; it
+also keeps the password table, which the management API's basic
+authentication reads).
 
 A reload is all or nothing: if any file is missing or bad, the error is
 logged and every rule in force stays. Clients already connected stay
@@ -85,6 +87,7 @@ class SecurityService(Service):
         )
         if self._access is not None:
             self._access.policy = policy
+            self._access.passwords = passwords
         if self._zap is not None:
             if passwords is not None:
                 self._zap.passwords = passwords

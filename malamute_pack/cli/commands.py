@@ -1,0 +1,227 @@
+"""
+The C{malamute} commands that move single messages or show the broker's
+state: publish, tail, send, recv, request, and the status sections read
+from the broker's C{$broker} service. Each takes the parsed
+L{ConnectionSettings} and its own arguments, writes to stdout (messages,
+tables) and stderr (what it did), and returns the exit status; a failure
+it can explain is a L{CommandError}.
+
+Tests: ``tests/test_cli.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from typing import Any, Final
+
+from malamute_pack.cli.connection import ConnectionSettings, open_bulk, open_client
+from malamute_pack.cli.errors import CommandError
+from malamute_pack.cli.positions import Position
+from malamute_pack.cli.records import Record, letter_json, letter_line, record_json, record_line
+from malamute_pack.cli.views import render_section
+from malamute_pack.client.blocking import BlockingClient
+from malamute_pack.client.events import Delivery
+from malamute_pack.protocol import mlm
+from malamute_pack.text import plural
+
+# The broker's management service (malamute_pack/ops/management.py).
+SERVICE: Final = "$broker"
+# How long a status request may wait for the broker's answer.
+STATUS_TIMEOUT: Final = 5.0
+
+
+def read_body(body: str | None) -> bytes:
+    """The body given: its UTF-8 bytes, or stdin's whole content for C{-} or none."""
+    if body is None or body == "-":
+        return sys.stdin.buffer.read()
+    return body.encode("utf-8")
+
+
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _json_line(item: dict[str, Any]) -> str:
+    return json.dumps(item, ensure_ascii=False)
+
+
+def publish(settings: ConnectionSettings, stream: str, subject: str, body: str | None) -> int:
+    """Publish one message (or, with BODY C{-} or none, stdin's content) to C{stream}."""
+    content = read_body(body)
+    with open_client(settings) as client:
+        client.set_producer(stream)
+        client.send(subject, [content])
+    return 0
+
+
+def publish_lines(settings: ConnectionSettings, stream: str, subject: str) -> int:
+    """Publish each line of stdin (without its newline) as a message to C{stream}."""
+    sent = 0
+    with open_client(settings) as client:
+        client.set_producer(stream)
+        for line in sys.stdin.buffer:
+            client.send(subject, [line.rstrip(b"\r\n")])
+            sent += 1
+    print(f"published {plural(sent, 'message')} to {stream}", file=sys.stderr)
+    return 0
+
+
+def _check_has_records(settings: ConnectionSettings, stream: str) -> None:
+    """CommandError if C{stream} has never had a record (a wrong name, usually)."""
+    with open_bulk(settings) as bulk:
+        status = bulk.status(stream, mlm.EARLIEST)
+    if status.last == 0:
+        raise CommandError(
+            f"stream {stream!r} has no records (is the name right? `malamute streams` "
+            "lists them); use --from latest to wait for the first"
+        )
+
+
+def tail(
+    settings: ConnectionSettings,
+    stream: str,
+    pattern: str,
+    start: Position,
+    as_json: bool,
+    count: int | None,
+) -> int:
+    """
+    Print C{stream}'s messages whose subjects C{pattern} finds, from
+    C{start}, as they come (C{count} of them, or until interrupted).
+    """
+    if start.whence != mlm.LATEST:
+        _check_has_records(settings, stream)
+    shown = 0
+    with open_client(settings) as client:
+        client.set_consumer(stream, pattern, start.whence, start.value)
+        while count is None or shown < count:
+            delivery = client.recv()
+            if delivery is None or delivery.command != "STREAM_DELIVER":
+                continue
+            if delivery.address != stream:
+                continue
+            record = Record.from_delivery(delivery)
+            _emit(_json_line(record_json(record)) if as_json else record_line(record))
+            shown += 1
+    return 0
+
+
+def send(settings: ConnectionSettings, address: str, subject: str, body: str | None) -> int:
+    """Send a letter to the mailbox C{address}; stored by the broker when this returns."""
+    content = read_body(body)
+    with open_client(settings) as client:
+        client.sendto(address, subject, [content])
+    return 0
+
+
+def recv(settings: ConnectionSettings, address: str, as_json: bool, count: int | None) -> int:
+    """
+    Take the letters of mailbox C{address} (connecting as that address) and
+    print them: C{count} of them, or until interrupted.
+    """
+    shown = 0
+    with open_client(settings, address) as client:
+        while count is None or shown < count:
+            delivery = client.recv()
+            if delivery is None or delivery.command == "STREAM_DELIVER":
+                continue
+            _emit(_json_line(letter_json(delivery)) if as_json else letter_line(delivery))
+            _answer(client, delivery)
+            shown += 1
+    return 0
+
+
+def _answer(client: BlockingClient, delivery: Delivery) -> None:
+    """
+    Answer a tracked letter with DONE (the client answers untracked ones
+    itself): else the broker keeps it in the mailbox for ever.
+    """
+    if delivery.tracker and delivery.id is not None:
+        client.done(delivery)
+
+
+def await_reply(client: BlockingClient, tracker: str, timeout: float) -> Delivery | None:
+    """The letter to our mailbox that answers C{tracker}, or None after C{timeout} seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        delivery = client.recv(left)
+        if delivery is None:
+            return None
+        _answer(client, delivery)
+        if delivery.command == "MAILBOX_DELIVER" and delivery.tracker == tracker:
+            return delivery
+
+
+def _ask(client: BlockingClient, service: str, subject: str, body: bytes, timeout: float) -> str:
+    """Send a request whose reply C{await_reply} will know; the tracker."""
+    tracker = secrets.token_hex(8)
+    # The request expires with our patience: nobody waits for a late answer.
+    client.sendfor(service, subject, [body], tracker=tracker, timeout_ms=round(timeout * 1000))
+    return tracker
+
+
+def request(
+    settings: ConnectionSettings, service: str, subject: str, body: str | None, timeout: float
+) -> int:
+    """
+    Send a request to C{service} and print the reply's body; a reply with
+    subject C{error} is a failure (its body is the reason).
+    """
+    content = read_body(body)
+    with open_client(settings) as client:
+        tracker = _ask(client, service, subject, content, timeout)
+        reply = await_reply(client, tracker, timeout)
+    if reply is None:
+        raise CommandError(
+            f"no reply from service {service!r} within {timeout:g} s: is a worker serving it? "
+            "(`malamute services` shows its workers; --timeout to wait longer)"
+        )
+    data = b"".join(reply.content)
+    if reply.subject == "error":
+        reason = data.decode("utf-8", errors="replace").strip() or "no reason given"
+        raise CommandError(f"service {service!r} answered error: {' / '.join(reason.splitlines())}")
+    sys.stdout.buffer.write(data)
+    if sys.stdout.isatty() and not data.endswith(b"\n"):
+        sys.stdout.buffer.write(b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+def fetch_section(settings: ConnectionSettings, name: str) -> Any:
+    """
+    Section C{name} of the broker's statistics, from its C{$broker} service
+    (its JSON, decoded).
+
+    @raise CommandError: if the service does not answer, or answers an error.
+    """
+    timeout = max(settings.timeout, STATUS_TIMEOUT)
+    with open_client(settings) as client:
+        tracker = _ask(client, SERVICE, name, b"", timeout)
+        reply = await_reply(client, tracker, timeout)
+    if reply is None:
+        raise CommandError(
+            f"the broker's {SERVICE} service did not answer within {timeout:g} s: the broker "
+            f"may be older than this command, or its ACL may not let this user `call {SERVICE}`"
+        )
+    try:
+        data = json.loads(b"".join(reply.content))
+    except ValueError as e:
+        raise CommandError(f"the broker's {SERVICE} service sent what is not JSON: {e}") from None
+    if reply.subject == "error":
+        reason = data.get("error") if isinstance(data, dict) else data
+        raise CommandError(f"the broker's {SERVICE} service refused {name!r}: {reason}")
+    return data
+
+
+def section(settings: ConnectionSettings, name: str, as_json: bool) -> int:
+    """Print section C{name}: as a table, or with C{as_json} the JSON as the broker sent it."""
+    data = fetch_section(settings, name)
+    _emit(json.dumps(data, indent=2) if as_json else render_section(name, data))
+    return 0
