@@ -17,7 +17,12 @@ import sys
 import time
 from typing import Any, Final
 
-from malamute_pack.cli.connection import ConnectionSettings, open_bulk, open_client
+from malamute_pack.cli.connection import (
+    ConnectionSettings,
+    open_bulk,
+    open_client,
+    stream_with_records,
+)
 from malamute_pack.cli.errors import CommandError
 from malamute_pack.cli.positions import Position
 from malamute_pack.cli.records import Record, letter_json, letter_line, record_json, record_line
@@ -70,17 +75,6 @@ def publish_lines(settings: ConnectionSettings, stream: str, subject: str) -> in
     return 0
 
 
-def _check_has_records(settings: ConnectionSettings, stream: str) -> None:
-    """CommandError if C{stream} has never had a record (a wrong name, usually)."""
-    with open_bulk(settings) as bulk:
-        status = bulk.status(stream, mlm.EARLIEST)
-    if status.last == 0:
-        raise CommandError(
-            f"stream {stream!r} has no records (is the name right? `malamute streams` "
-            "lists them); use --from latest to wait for the first"
-        )
-
-
 def tail(
     settings: ConnectionSettings,
     stream: str,
@@ -94,7 +88,8 @@ def tail(
     C{start}, as they come (C{count} of them, or until interrupted).
     """
     if start.whence != mlm.LATEST:
-        _check_has_records(settings, stream)
+        with open_bulk(settings) as bulk:
+            stream_with_records(bulk, stream, "; use --from latest to wait for the first")
     shown = 0
     with open_client(settings) as client:
         client.set_consumer(stream, pattern, start.whence, start.value)

@@ -28,9 +28,10 @@ import zmq
 from malamute_pack.cli.errors import CommandError
 from malamute_pack.client import errors
 from malamute_pack.client.blocking import BlockingClient
-from malamute_pack.client.bulk import BulkClient
+from malamute_pack.client.bulk import BulkClient, StreamStatus
 from malamute_pack.client.endpoints import parse_endpoints
 from malamute_pack.client.options import ClientOptions, CurveKeys
+from malamute_pack.protocol import mlm
 
 DEFAULT_ENDPOINT: Final = "ipc://@/malamute"
 DEFAULT_TIMEOUT: Final = 5.0
@@ -235,3 +236,14 @@ def open_bulk(settings: ConnectionSettings) -> BulkClient:
         )
     except errors.ClientError as e:
         raise CommandError(explain(e, settings)) from None
+
+
+def stream_with_records(bulk: BulkClient, stream: str, hint: str = "") -> StreamStatus:
+    """C{stream}'s status; CommandError if it has never had a record (a wrong name, usually)."""
+    status = bulk.status(stream, mlm.EARLIEST)
+    if status.last == 0:
+        raise CommandError(
+            f"stream {stream!r} has no records (is the name right? `malamute streams` "
+            f"lists them){hint}"
+        )
+    return status

@@ -25,7 +25,7 @@ from typing import Final, Never
 
 from tqdm import tqdm
 
-from malamute_pack.cli.connection import ConnectionSettings, open_bulk
+from malamute_pack.cli.connection import ConnectionSettings, open_bulk, stream_with_records
 from malamute_pack.cli.errors import CommandError
 from malamute_pack.cli.files import Row, open_writer, read_rows
 from malamute_pack.cli.positions import Position
@@ -77,12 +77,7 @@ def export(
 ) -> int:
     """Write C{stream}'s records from C{start} to C{stop} (both included) to the file C{name}."""
     with open_bulk(settings) as bulk:
-        status = bulk.status(stream, mlm.EARLIEST)
-        if status.last == 0:
-            raise CommandError(
-                f"stream {stream!r} has no records (is the name right? "
-                "`malamute streams` lists them)"
-            )
+        status = stream_with_records(bulk, stream)
         first = max(_sequence_at(bulk, stream, start, end=False), status.first)
         last = min(_sequence_at(bulk, stream, stop, end=True), status.last)
         writer = open_writer(name)
