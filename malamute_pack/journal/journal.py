@@ -240,8 +240,7 @@ class Journal:
         """
         self._config = config
         if self._writer is not None:
-            # The writer reads its config's retention at each pruning step.
-            self._writer._config = config
+            self._writer.config = config
 
     def stream_totals(self) -> Deferred[dict[str, tuple[int, int]]]:
         """Per stream, the records and content bytes committed and retained."""

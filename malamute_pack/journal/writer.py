@@ -335,7 +335,9 @@ class JournalWriter:
     ) -> None:
         self._conn = conn
         self._path = path
-        self._config = config
+        # Read at each commit and pruning step: an operator's retention
+        # change (Journal.set_retention) is a new config set from the reactor.
+        self.config = config
         self._call_from_thread = call_from_thread
         self._on_batch = on_batch
         self._on_prune = on_prune
@@ -371,8 +373,8 @@ class JournalWriter:
 
     def _run(self) -> None:
         get = self._get
-        interval = self._config.commit_interval_s
-        max_batch = self._config.commit_max_batch
+        interval = self.config.commit_interval_s
+        max_batch = self.config.commit_max_batch
         while True:
             if self._prune_jobs:
                 # One pruning step between write batches: neither starves the other.
@@ -696,9 +698,9 @@ class JournalWriter:
             self._conn.execute("BEGIN")
             step = prune_step(
                 self._conn,
-                self._config.retention_for,
+                self.config.retention_for,
                 job.request.now,
-                self._config.prune_chunk_rows,
+                self.config.prune_chunk_rows,
                 job.resume_from,
             )
             self._conn.execute("COMMIT")
