@@ -46,9 +46,11 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from malamute_pack.bench.brokerprocess import (
     PROJECT_ROOT,
+    BrokerError,
     BrokerProcess,
     checkout_environment,
     fresh_ipc_endpoint,
+    terminate,
     twistd_command,
 )
 from malamute_pack.bench.netns import Host, Lan, netns_available
@@ -323,16 +325,12 @@ class BridgeProcess:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                raise AssertionError(f"the bridge ignored SIGTERM:\n{self.log_text()}") from None
-        if process.returncode not in (0, -signal.SIGTERM):
-            raise AssertionError(f"the bridge exited with {process.returncode}:\n{self.log_text()}")
+        try:
+            code = terminate(process, timeout, "the bridge")
+        except BrokerError as e:
+            raise AssertionError(f"{e}:\n{self.log_text()}") from None
+        if code not in (0, -signal.SIGTERM):
+            raise AssertionError(f"the bridge exited with {code}:\n{self.log_text()}")
 
 
 class MulticastCase(SynchronousTestCase):

@@ -135,6 +135,24 @@ class BrokerError(Exception):
     """The broker did not start, did not serve, or did not exit cleanly."""
 
 
+def terminate(process: subprocess.Popen[bytes], timeout: float, what: str) -> int:
+    """
+    SIGTERM C{process} (unless it has exited) and reap it; its exit status.
+
+    @raise BrokerError: if it is still running after C{timeout} seconds
+        (it is SIGKILLed and reaped first).
+    """
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise BrokerError(f"{what} ignored SIGTERM for {timeout}s") from None
+    return process.returncode
+
+
 def open_connection(
     endpoint: str,
     *,
@@ -535,15 +553,7 @@ class BrokerProcess(Started):
         process, self.process = self.process, None
         if process is None:
             return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                raise BrokerError(f"broker ignored SIGTERM for {timeout}s") from None
-        code = process.returncode
+        code = terminate(process, timeout, "broker")
         if code not in (0, -signal.SIGTERM):
             raise BrokerError(f"broker exited with {code}:\n{self.log_text()}")
         if _CLEAN_EXIT not in self.run_log():

@@ -70,6 +70,13 @@ _JSON: Final = b"application/json"
 _EMPTY_POLICY: Final = AccessPolicy()
 
 
+# What purging each kind of queue does, and what it holds.
+_QUEUES: Final = {
+    "mailboxes": ("remove every letter waiting in the mailbox {name!r}", "letter"),
+    "services": ("remove every request queued for the service {name!r}", "request"),
+}
+
+
 class _Request(Protocol):
     """What this module uses of a C{twisted.web} request (whose own methods are untyped)."""
 
@@ -431,15 +438,11 @@ class _Api(_Leaf):
     ) -> str:
         """What the action would do, with the target's current figures if it is listed."""
         entry = self._find(collection, name)
-        if collection == "mailboxes":
-            what = f"remove every letter waiting in the mailbox {name!r}"
+        if collection in _QUEUES:
+            what, item = _QUEUES[collection]
+            what = what.format(name=name)
             if entry is not None:
-                what += f" ({plural(entry['depth'], 'letter')}, {plural(entry['bytes'], 'byte')})"
-            return what
-        if collection == "services":
-            what = f"remove every request queued for the service {name!r}"
-            if entry is not None:
-                what += f" ({plural(entry['depth'], 'request')}, {plural(entry['bytes'], 'byte')})"
+                what += f" ({plural(entry['depth'], item)}, {plural(entry['bytes'], 'byte')})"
             return what
         if collection == "clients":
             what = f"disconnect the client {name!r}"
