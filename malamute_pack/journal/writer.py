@@ -71,23 +71,36 @@ def _chunked(single: str, rows: int = _ROWS_PER_INSERT) -> str:
 
 
 def _chunk_statement(single: str, rows: int) -> str:
-    """The INSERT of C{rows} rows made from C{single}: the cached one for a whole chunk."""
-    return _CHUNKED[single] if rows == _ROWS_PER_INSERT else _chunked(single, rows)
+    """The INSERT of C{rows} rows made from C{single}, made once per size."""
+    statement = _CHUNKED.get((single, rows))
+    if statement is None:
+        statement = _CHUNKED[single, rows] = _chunked(single, rows)
+    return statement
 
 
 def _insert_all(conn: sqlite3.Connection, single: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert C{rows} with C{single}, a chunk of rows per statement."""
+    """
+    Insert C{rows} with C{single}, a chunk of rows per statement: whole
+    chunks, then the rest in chunks of halving sizes (64, 32, ... 1 rows),
+    so that a batch of any size takes a few statements, from at most eight
+    distinct ones that SQLite keeps prepared.
+    """
     whole = len(rows) - len(rows) % _ROWS_PER_INSERT
     if whole:
         conn.executemany(
-            _CHUNKED[single],
+            _chunk_statement(single, _ROWS_PER_INSERT),
             (
                 tuple(chain.from_iterable(rows[i : i + _ROWS_PER_INSERT]))
                 for i in range(0, whole, _ROWS_PER_INSERT)
             ),
         )
-    if whole < len(rows):
-        conn.executemany(single, rows[whole:])
+    size = _ROWS_PER_INSERT // 2
+    while whole < len(rows):
+        if len(rows) - whole >= size:
+            chunk = rows[whole : whole + size]
+            conn.execute(_chunk_statement(single, size), tuple(chain.from_iterable(chunk)))
+            whole += size
+        size //= 2
 
 
 def _in_savepoint(conn: sqlite3.Connection, sql: str, *rows: tuple[Any, ...]) -> None:
@@ -154,7 +167,8 @@ _INSERT_APPEND_KEY: Final = (
     "INSERT INTO stream_appends (stream, key, first_seq, last_seq, created) VALUES (?, ?, ?, ?, ?)"
 )
 _DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
-_CHUNKED: Final = {single: _chunked(single) for single in (_INSERT_STREAM, _INSERT_QUEUED)}
+# INSERTs of several rows by (single-row INSERT, rows), made as first needed.
+_CHUNKED: Final[dict[tuple[str, int], str]] = {}
 _UPSERT_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
@@ -244,7 +258,8 @@ class Stop:
 
 # A stream message is queued as the row the writer inserts (records.StreamRow).
 WriteOp: TypeAlias = StreamRow | QueuedStore | QueuedRemove | StreamAppend
-Operation: TypeAlias = WriteOp | Prune | Barrier | Execute | Stop
+Control: TypeAlias = Prune | Barrier | Execute | Stop
+Operation: TypeAlias = WriteOp | Control
 # What the writer's queue carries: one operation, or a reactor turn's writes.
 Submission: TypeAlias = Operation | list[WriteOp]
 
@@ -343,7 +358,8 @@ class JournalWriter:
         self._on_prune = on_prune
         self._queue: queue.SimpleQueue[Submission] = queue.SimpleQueue()
         self.submit: Callable[[Submission], None] = self._queue.put
-        self._backlog: deque[WriteOp] = deque()
+        # Write operations the last batch had no room for.
+        self._backlog: list[WriteOp] = []
         self._stream_level = SYNCHRONOUS_LEVELS.index(config.stream_synchronous)
         self._queue_level = SYNCHRONOUS_LEVELS.index(config.queue_synchronous)
         self._synchronous: int | None = None
@@ -360,19 +376,24 @@ class JournalWriter:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def _get(self, block: bool = True, timeout: float | None = None) -> Operation:
-        """The next operation: lists handed over at once are taken one by one."""
-        backlog = self._backlog
-        if backlog:
-            return backlog.popleft()
+    def _take(self, block: bool = True, timeout: float | None = None) -> list[WriteOp] | Control:
+        """
+        The next submission, whole: write operations (what the last batch
+        left over first, then a reactor turn's list at once, never taken
+        one by one) or a control operation.
+        """
+        if self._backlog:
+            ops, self._backlog = self._backlog, []
+            return ops
         item = self._queue.get(block, timeout)
         if isinstance(item, list):
-            backlog.extend(item)
-            return backlog.popleft()
-        return item
+            return item
+        if isinstance(item, Prune | Barrier | Execute | Stop):
+            return item
+        return [item]
 
     def _run(self) -> None:
-        get = self._get
+        take = self._take
         interval = self.config.commit_interval_s
         max_batch = self.config.commit_max_batch
         while True:
@@ -380,32 +401,36 @@ class JournalWriter:
                 # One pruning step between write batches: neither starves the other.
                 self._prune_step(self._prune_jobs[0])
                 try:
-                    op = get(block=False)
+                    item = take(block=False)
                 except queue.Empty:
                     continue
             else:
-                op = get()
-            control: Prune | Barrier | Execute | Stop | None = None
-            if isinstance(op, Prune | Barrier | Execute | Stop):
-                control = op
+                item = take()
+            control: Control | None = None
+            if not isinstance(item, list):
+                control = item
             else:
-                batch: list[WriteOp] = [op]
+                batch = item.copy()  # the reactor's list: its shipper reads it too
                 deadline = time.monotonic() + interval
                 while len(batch) < max_batch:
                     remaining = deadline - time.monotonic()
                     try:
-                        op = get(timeout=remaining) if remaining > 0 else get(block=False)
+                        item = take(timeout=remaining) if remaining > 0 else take(block=False)
                     except queue.Empty:
                         break
-                    if isinstance(op, Prune | Barrier | Execute | Stop):
-                        control = op
+                    if not isinstance(item, list):
+                        control = item
                         break
-                    batch.append(op)
+                    batch += item
+                if len(batch) > max_batch:
+                    # The rest starts the next batch, before anything newer.
+                    self._backlog = batch[max_batch:]
+                    del batch[max_batch:]
                 self._call_from_thread(self._on_batch, self._write(batch))
             if control is not None and self._control(control):
                 return
 
-    def _control(self, op: Prune | Barrier | Execute | Stop) -> bool:
+    def _control(self, op: Control) -> bool:
         """Act on a control operation; True when the thread must end."""
         if isinstance(op, Prune):
             self._prune_jobs.append(_PruneJob(op))
