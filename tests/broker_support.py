@@ -11,7 +11,7 @@ Tests: used by ``tests/test_broker_model.py`` and ``tests/test_broker_durable.py
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from malamute_pack.broker.broker import Broker, BrokerConfig
@@ -47,7 +47,12 @@ class BrokerHarness:
             )
             self.recovered = self.journal.open()
         self.broker = Broker(self.clock, config, self.journal)
-        self.sessions = MlmSessions(self.broker, self._record, config.limits)
+        # Live stream records the broker was told were sent, while the
+        # test defers them as a socket does during a batch (defer_sends).
+        self.deferred: list[tuple[bytes, Sequence[bytes], Callable[[], None]]] | None = None
+        self.sessions = MlmSessions(
+            self.broker, self._record, config.limits, deferred_output=self._defer
+        )
         if journal_at is not None:
             self.broker.restore(self.recovered.queued)
             self.broker.streams.appends.restore(self.recovered.appends)
@@ -58,6 +63,25 @@ class BrokerHarness:
             return False
         self.sent.setdefault(route, []).append(list(frames))
         return True
+
+    def _defer(
+        self, route: bytes, frames: Sequence[bytes], undelivered: Callable[[], None]
+    ) -> bool:
+        if self.deferred is None:
+            return self._record(route, frames)
+        self.deferred.append((route, frames, undelivered))
+        return True
+
+    def defer_sends(self) -> None:
+        """Hold live stream records back, as a socket does while it handles a batch."""
+        self.deferred = []
+
+    def send_deferred(self) -> None:
+        """Send what was held back, in order; those to full peers are reported undelivered."""
+        deferred, self.deferred = self.deferred or [], None
+        for route, frames, undelivered in deferred:
+            if not self._record(route, frames):
+                undelivered()
 
     def connected(self, route: bytes) -> bool:
         """Whether peer C{route} has an open connection."""

@@ -193,6 +193,43 @@ class CreditTests(DurableTestCase):
         subjects = [m.subject for m in self.h.take(R) if isinstance(m, mlm.StreamDeliver)]
         self.assertEqual(subjects, ["a", "b", "c"])
 
+    def test_undeliveredRecordsComeAgain(self) -> None:
+        """
+        Live records the transport took but could not send after all (its
+        batch went out to a full queue) come again from the journal once
+        the reader has room, in order, then live ones, none twice.
+        """
+        self.writer()
+        self.h.open(R, "r")
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.defer_sends()
+        self.write(*"abc")
+        self.h.full.add(R)
+        self.h.send_deferred()
+        self.assertEqual(self.h.take(R), [])
+        self.h.full.discard(R)
+        self.h.clock.advance(1)
+        self.write("d")
+        subjects = [m.subject for m in self.h.take(R) if isinstance(m, mlm.StreamDeliver)]
+        self.assertEqual(subjects, ["a", "b", "c", "d"])
+
+    def test_undeliveredGivesCreditBack(self) -> None:
+        """A record that could not be sent after all does not use up the reader's credit."""
+        self.writer()
+        self.h.open(R, "r", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.send(R, mlm.Credit(3))
+        self.h.defer_sends()
+        self.write(*"abc")
+        self.h.full.add(R)
+        self.h.send_deferred()
+        self.h.full.discard(R)
+        self.h.clock.advance(1)
+        self.write("d")
+        self.assertEqual([n for n, _ in records(self.h.take(R))], [1, 2, 3])
+        self.h.send(R, mlm.Credit(1))
+        self.assertEqual([n for n, _ in records(self.h.take(R))], [4])
+
     @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
         st.lists(

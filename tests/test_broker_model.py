@@ -350,6 +350,26 @@ class CreditTests(SynchronousTestCase):
         self.h.send(A, mlm.StreamSend("3", []))
         self.assertEqual([s for s, _ in deliveries(self.h.take(B))], ["3"])
 
+    def test_undeliveredWithoutJournalDropped(self) -> None:
+        """
+        Without a journal, a live record the transport could not send after
+        all is a counted miss (not a delivery), and its credit is given back.
+        """
+        self.h.command(A, mlm.StreamWrite("s"))
+        self.h.command(B, mlm.StreamRead("s", ""))
+        self.h.send(B, mlm.Credit(2))
+        self.h.defer_sends()
+        self.h.send(A, mlm.StreamSend("0", []))
+        self.h.full.add(B)
+        self.h.send_deferred()
+        self.h.full.discard(B)
+        stream = self.h.broker.streams.streams["s"]
+        self.assertEqual((stream.dropped, stream.delivered), (1, 0))
+        self.h.clock.advance(1)
+        for n in range(1, 4):
+            self.h.send(A, mlm.StreamSend(str(n), []))
+        self.assertEqual([s for s, _ in deliveries(self.h.take(B))], ["1", "2"])
+
 
 class ServiceTests(SynchronousTestCase):
     def setUp(self) -> None:

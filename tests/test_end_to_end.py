@@ -15,6 +15,7 @@ from twisted.trial.unittest import TestCase
 from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.session import Session
+from malamute_pack.broker.store import StreamRecord
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import BrokerService
@@ -304,6 +305,9 @@ class _FaultyReceiver:
 
     def rejected(self, session: Session, message: mlm.Message, reason: str) -> None:
         session.error(mlm.FAILED, reason)
+
+    def undelivered(self, session: Session, record: StreamRecord) -> None:
+        pass
 
     def unresponsive(self, session: Session, reason: str) -> None:
         pass

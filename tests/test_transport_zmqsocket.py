@@ -7,6 +7,8 @@ and input that only a send reveals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import zmq
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -120,3 +122,124 @@ class ZmqSocketTests(TestCase):
         dealer.send([b"ping"])
         await done
         self.assertEqual(count[0], 2000)
+
+
+class DeferTests(TestCase):
+    """
+    L{ZmqSocket.defer} on a ROUTER with mandatory routing (as the broker's),
+    its peers raw DEALERs over inproc.
+    """
+
+    def setUp(self) -> None:
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.endpoint = f"inproc://defer-{id(self)}"
+        raw = self.context.socket(zmq.ROUTER)
+        raw.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        raw.setsockopt(zmq.SNDHWM, 2)
+        raw.bind(self.endpoint)
+        self.handle: Callable[[list[bytes]], None] = lambda frames: None
+        self.router = ZmqSocket(reactor, raw, self._batch)
+        self.router.startReading()
+        self.undelivered: list[bytes] = []
+        self.peers: list[zmq.Socket[bytes]] = []
+
+    def tearDown(self) -> None:
+        self.router.close()
+        for peer in self.peers:
+            peer.close(linger=0)
+        self.context.term()
+
+    def _batch(self, batch: Batch) -> None:
+        for frames in batch:
+            self.handle(frames)
+
+    def peer(self, name: bytes) -> zmq.Socket[bytes]:
+        dealer = self.context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.ROUTING_ID, name)
+        dealer.setsockopt(zmq.RCVHWM, 2)
+        dealer.connect(self.endpoint)
+        self.peers.append(dealer)
+        return dealer
+
+    def defer(self, route: bytes, body: bytes) -> bool:
+        return self.router.defer(route, [body], lambda: self.undelivered.append(route + body))
+
+    async def arrived(self, peer: zmq.Socket[bytes], count: int) -> list[bytes]:
+        """The bodies of the next C{count} messages C{peer} has, in order."""
+        await settle(0.05)
+        return [peer.recv(zmq.NOBLOCK) for _ in range(count)]
+
+    async def test_sentOnceTheBatchIsHandled(self) -> None:
+        """
+        While a batch is handled deferred messages are held (the peer has
+        nothing yet); they go out in order once the batch is done.
+        """
+        alice = self.peer(b"alice")
+        seen_during: list[int] = []
+
+        def handle(frames: list[bytes]) -> None:
+            self.assertTrue(self.defer(b"alice", b"1"))
+            self.assertTrue(self.defer(b"alice", b"2"))
+            seen_during.append(alice.poll(0))
+
+        self.handle = handle
+        alice.send(b"go")
+        self.assertEqual(await self.arrived(alice, 2), [b"1", b"2"])
+        self.assertEqual(seen_during, [0])
+        self.assertEqual(self.undelivered, [])
+
+    async def test_sendToSendsDeferredFirst(self) -> None:
+        """A message sent at once during a batch goes after what was deferred before it."""
+        alice = self.peer(b"alice")
+
+        def handle(frames: list[bytes]) -> None:
+            self.defer(b"alice", b"1")
+            self.router.send_to(b"alice", [b"2"])
+
+        self.handle = handle
+        alice.send(b"go")
+        self.assertEqual(await self.arrived(alice, 2), [b"1", b"2"])
+
+    async def test_outsideABatchSentAtOnce(self) -> None:
+        """Outside a batch, defer sends at once and says whether it could."""
+        alice = self.peer(b"alice")
+        alice.send(b"hello")  # the ROUTER learns its routing id
+        await settle(0.05)
+        self.assertTrue(self.defer(b"alice", b"1"))
+        self.assertTrue(alice.poll(1000))
+        self.assertEqual(alice.recv(), b"1")
+        self.assertFalse(self.defer(b"nobody", b"1"))
+        self.assertEqual(self.undelivered, [])
+
+    async def test_fullPeerReportedNotOthers(self) -> None:
+        """
+        A deferred message that finds its peer's queue full is reported,
+        and so is every later one to that peer (none arrives after a
+        missed one); another peer gets all of its own.
+        """
+        alice = self.peer(b"alice")
+        bob = self.peer(b"bob")
+        bob.send(b"hello")
+
+        def handle(frames: list[bytes]) -> None:
+            if frames[-1] != b"go":
+                return
+            for n in range(10):
+                self.defer(b"alice", b"%d" % n)
+                if n < 3:  # within bob's queue
+                    self.defer(b"bob", b"%d" % n)
+
+        self.handle = handle
+        alice.send(b"go")
+        await settle(0.1)
+        got = []
+        while alice.poll(0):
+            got.append(alice.recv())
+        self.assertGreater(len(got), 0)
+        self.assertEqual(got, [b"%d" % n for n in range(len(got))])
+        self.assertEqual(
+            [u for u in self.undelivered if u.startswith(b"alice")],
+            [b"alice%d" % n for n in range(len(got), 10)],
+        )
+        self.assertEqual(self.router.dropped, 10 - len(got))
+        self.assertEqual([bob.recv(zmq.NOBLOCK) for _ in range(3)], [b"0", b"1", b"2"])

@@ -50,7 +50,7 @@ from malamute_pack.broker.ranges import Ranges
 from malamute_pack.broker.registry import Registry
 from malamute_pack.broker.session import Session
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.store import QueuedRecord, Store
+from malamute_pack.broker.store import QueuedRecord, Store, StreamRecord
 from malamute_pack.broker.streams import Streams
 from malamute_pack.protocol import chunks, mlm
 
@@ -216,6 +216,12 @@ class Broker:
     def rejected(self, session: Session, message: mlm.Message, reason: str) -> None:
         """C{session} sent C{message}, which its transport rejected at the door."""
         self.receive(session, Rejected(message, reason))
+
+    def undelivered(self, session: Session, record: StreamRecord) -> None:
+        """A live stream record C{session} took could not be sent after all."""
+        connection = self.registry.get(session)
+        if connection is not None and not connection.gone:
+            self.streams.undelivered(connection, record)
 
     def unresponsive(self, session: Session, reason: str) -> None:
         """C{session}'s transport gave it up: it does not read what it is sent."""

@@ -206,6 +206,13 @@ class Receiver(Protocol):
         refused for C{reason}, as the protocol answers that message.
         """
 
+    def undelivered(self, session: Session, record: StreamRecord) -> None:
+        """
+        C{session} took C{record} (C{deliver_stream} said True) but its
+        transport could not send it after all (the peer's queue filled
+        before the transport's batch went out).
+        """
+
     def unresponsive(self, session: Session, reason: str) -> None:
         """
         The transport gave C{session} up: it does not take what it is sent

@@ -261,6 +261,27 @@ class Streams:
         stream.delivered += delivered
         self.delivered += delivered
 
+    def undelivered(self, reader: Connection, record: StreamRecord) -> None:
+        """
+        C{record}, counted as delivered to C{reader}, could not be sent
+        after all: not counted, its credit given back, and the reader
+        behind from it (stalled, so it is tried again). If the reader was
+        already behind from a later record, it is now behind from this one
+        (the records between may come twice: never lost).
+        """
+        stream = self.streams.get(record.stream)
+        if stream is None:
+            return
+        stream.delivered -= 1
+        self.delivered -= 1
+        if reader.credit is not None:
+            reader.credit += 1
+        earlier = reader.behind.get(stream.name)
+        self._fall_behind(reader, stream, record.seq)
+        if earlier is not None and earlier < record.seq:
+            reader.behind[stream.name] = earlier
+        self._stalled.add(reader)
+
     def _fall_behind(self, reader: Connection, stream: Stream, seq: int) -> None:
         if self._store is None:
             # Nothing to replay from: the miss is counted.

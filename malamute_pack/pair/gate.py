@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Final
 
 from malamute_pack.broker.session import Receiver, Session
+from malamute_pack.broker.store import StreamRecord
 from malamute_pack.protocol import mlm
 
 # The status a broker that is not active answers with.
@@ -68,6 +69,9 @@ class ClientGate:
         else:
             self.refused += 1
             session.error(NOT_ACTIVE, self.reason)
+
+    def undelivered(self, session: Session, record: StreamRecord) -> None:
+        self._broker.undelivered(session, record)
 
     def unresponsive(self, session: Session, reason: str) -> None:
         if self.is_open:

@@ -167,7 +167,13 @@ class RouterService(Service):
         self.handshakes = HandshakeMonitor(self._reactor, raw, self.mechanism)
         self.handshakes.start()
         clock: IReactorTime = self._reactor  # type: ignore[assignment]
-        self.sessions = MlmSessions(self._receiver, self.socket.send_to, self._limits, clock)
+        self.sessions = MlmSessions(
+            self._receiver,
+            self.socket.send_to,
+            self._limits,
+            clock,
+            deferred_output=self.socket.defer,
+        )
         self.socket.startReading()
         if self._paused:
             self.socket.pauseReading()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Final
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -36,6 +37,20 @@ from malamute_pack.transport.dialects import MlmDialect, MlmVersion1, MlmVersion
 # Sends one message (its frames after the routing id) to a routing id;
 # False if the peer's queue is full (or the peer is gone): not sent.
 Output = Callable[[bytes, Sequence[bytes]], bool]
+# As Output, but it may send later, in order with the rest of what is being
+# handled (ZmqSocket.defer): then it says True now and calls the function
+# given if the message could not go after all.
+DeferredOutput = Callable[[bytes, Sequence[bytes], Callable[[], None]], bool]
+
+
+def _send_now(output: Output) -> DeferredOutput:
+    """A L{DeferredOutput} that sends at once through C{output}."""
+
+    def send(route: bytes, frames: Sequence[bytes], undelivered: Callable[[], None]) -> bool:
+        return output(route, frames)
+
+    return send
+
 
 decode_checked = mlm.decode_checked
 _OK: Final = mlm.encode(mlm.Ok())
@@ -53,7 +68,16 @@ class MlmSession:
         connection, or None on an endpoint without authentication.
     """
 
-    __slots__ = ("_backlog", "_opening", "_output", "_table", "dialect", "route", "user")
+    __slots__ = (
+        "_backlog",
+        "_deferred",
+        "_opening",
+        "_output",
+        "_table",
+        "dialect",
+        "route",
+        "user",
+    )
 
     def __init__(
         self,
@@ -67,6 +91,7 @@ class MlmSession:
         self.user = user
         self.dialect = dialect
         self._output = output
+        self._deferred = table.deferred_output
         self._table = table
         self._opening: MlmDialect | None = None
         # Answers its queue had no room for, oldest first: sent before
@@ -144,12 +169,16 @@ class MlmSession:
     # A delivery never overtakes an answer still in the backlog.
 
     def deliver_stream(self, record: StreamRecord) -> bool:
+        # Sent with the rest of the batch being handled, if it is one: a
+        # record that cannot go then is reported to the broker (undelivered).
         if self._backlog is not None and not self.flush():
             return False
         dialect = self.dialect
         if record is dialect.last_record:  # the rest of a fan-out: no call
-            return self._output(self.route, dialect.last_frames)
-        return self._output(self.route, dialect.stream_frames(record))
+            frames = dialect.last_frames
+        else:
+            frames = dialect.stream_frames(record)
+        return self._deferred(self.route, frames, partial(self._table.undelivered, self, record))
 
     def deliver_letter(self, letter: Letter) -> bool:
         if self._backlog is not None and not self.flush():
@@ -207,13 +236,17 @@ class MlmSessions:
         limits: Limits,
         clock: IReactorTime | None = None,
         retry: float = 0.05,
+        deferred_output: DeferredOutput | None = None,
     ) -> None:
         """
         @param clock: retries sending the sessions' backlogs every C{retry}
             seconds while there are any (without it, only L{flush} does).
+        @param deferred_output: what live stream records are sent with
+            (default: C{output}, at once).
         """
         self._receiver = receiver
         self._output = output
+        self.deferred_output = deferred_output or _send_now(output)
         self._clock = clock
         self._retry = retry
         self._retrying: IDelayedCall | None = None
@@ -244,6 +277,10 @@ class MlmSessions:
         if session is None:
             session = MlmSession(route, self._version1, self._output, self, user)
         return session
+
+    def undelivered(self, session: MlmSession, record: StreamRecord) -> None:
+        """A stream record C{session} was said to be sent could not go after all."""
+        self._receiver.undelivered(session, record)
 
     def backlogged(self, session: MlmSession) -> None:
         """C{session}'s answers wait for room: retry them until they are sent."""

