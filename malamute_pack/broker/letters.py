@@ -75,7 +75,7 @@ class Letter:
     created: float = 0.0
 
     def __post_init__(self) -> None:
-        self.size = sum(len(frame) for frame in self.content)
+        self.size = sum(map(len, self.content))
 
 
 class QueueFull(Exception):

@@ -53,6 +53,9 @@ LETTER_OVERHEAD: Final = 512
 
 LetterMessage = mlm.MailboxSend | mlm.ServiceSend
 
+# What an address is called in a refusal, by kind (made once, not per letter).
+_ADDRESS: Final = {kind: f"{kind.value} address" for kind in Kind}
+
 
 class Posted(enum.Enum):
     """What became of a letter at once."""
@@ -208,7 +211,7 @@ class PostOffice:
         relay_key: tuple[str, int] | None = None,
     ) -> Letter:
         limits = self._limits
-        check_name(f"{kind.value} address", message.address, limits.max_address)
+        check_name(_ADDRESS[kind], message.address, limits.max_address)
         if longer_than(message.subject, limits.max_subject):
             raise Refused(f"invalid subject: longer than {limits.max_subject} bytes")
         now = self._clock.seconds()
