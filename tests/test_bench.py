@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import multiprocessing
 import os
 import re
 import signal
@@ -37,11 +38,14 @@ from malamute_pack.bench.brokerprocess import (
 )
 from malamute_pack.bench.netns import Lan, netns_available
 from malamute_pack.bench.scenarios import (
+    DEFAULT_SCENARIOS,
     SCENARIOS,
+    BenchError,
     BrokerRun,
     Result,
     journal_cost_lines,
     plan,
+    run,
 )
 from malamute_pack.protocol import mlm
 from tests.support import skip_slow
@@ -52,7 +56,7 @@ KEYS = {
     "stream_fanout10": [*COMMON, "delivered_per_s"],
     "mailbox": COMMON,
     "mailbox_durable": [*COMMON, "acked"],
-    "service_rr": [*COMMON, "avg_rtt_us"],
+    "service_rr": [*COMMON, "avg_rtt_us", "p50_us", "p99_us", "p999_us", "max_us"],
 }
 COMPARED = ["stream_1to1", "stream_fanout10", "mailbox"]
 COST_KEYS = ["scenario", "on_msgs_per_s", "off_msgs_per_s", "ratio"]
@@ -94,15 +98,39 @@ class FiguresTests(SynchronousTestCase):
         )
 
     def test_roundTripFigures(self) -> None:
-        """The service line gives round trips per second and the mean round trip."""
+        """
+        The service line gives round trips per second, the mean round trip
+        and the percentiles of the round trips, in microseconds.
+        """
         scenario = SCENARIOS["service_rr"]
+        rtts = [0.0003, 0.0004, 0.0005, 0.0008]
         reports = (
             load.Report(sent=4),
-            load.Report(sent=4, received=4, first_send=1.0, last_receipt=3.0, rtt_total=0.002),
+            load.Report(
+                sent=4,
+                received=4,
+                first_send=1.0,
+                last_receipt=3.0,
+                rtt_total=sum(rtts),
+                samples=rtts,
+            ),
         )
         self.assertEqual(
             Result(scenario, 4, reports).line(),
-            "scenario=service_rr n=4 secs=2.000 msgs_per_s=2 lost=0 avg_rtt_us=500.0",
+            "scenario=service_rr n=4 secs=2.000 msgs_per_s=2 lost=0 avg_rtt_us=500.0 "
+            "p50_us=400 p99_us=800 p999_us=800 max_us=800",
+        )
+
+    def test_brokerKey(self) -> None:
+        """In a comparison a line names its broker, after the scenario and before the journal."""
+        scenario = SCENARIOS["mailbox"]
+        reports = (
+            load.Report(received=5, last_receipt=2.0),
+            load.Report(sent=5, first_send=1.0),
+        )
+        self.assertEqual(
+            Result(scenario, 5, reports, journal=True, broker="ours").line(),
+            "scenario=mailbox broker=ours journal=on n=5 secs=1.000 msgs_per_s=5 lost=0",
         )
 
     def test_nothingReceived(self) -> None:
@@ -202,12 +230,28 @@ class PlanTests(SynchronousTestCase):
         """Without the journal only, one broker plays all but what needs the journal."""
         self.assertEqual(
             _names(plan(list(SCENARIOS), "off")),
-            [(False, [*COMPARED, "service_rr"])],
+            [(False, [*COMPARED, "service_rr", "latency", "scale"])],
         )
+
+    def test_defaultScenarios(self) -> None:
+        """Without --scenario, all run but latency and scale, which run only when named."""
+        self.assertEqual(list(DEFAULT_SCENARIOS), list(KEYS))
+        self.assertEqual(set(SCENARIOS) - set(DEFAULT_SCENARIOS), {"latency", "scale"})
 
     def test_external(self) -> None:
         """A broker the harness did not start plays every scenario once."""
         self.assertEqual(_names(plan(list(SCENARIOS), None)), [(None, list(SCENARIOS))])
+
+
+class RunGuardTests(SynchronousTestCase):
+    def test_notPlayedByTheRunner(self) -> None:
+        """
+        The runner refuses scale (its own module plays it) and latency
+        without a rate, before it starts any process.
+        """
+        context = multiprocessing.get_context("spawn")
+        for name, job in (("scale", load.Job(10)), ("latency", load.Job(10, rate=0))):
+            self.assertRaises(BenchError, run, SCENARIOS[name], "ipc://@/nowhere", job, context)
 
 
 class OptionsTests(SynchronousTestCase):
@@ -234,6 +278,42 @@ class OptionsTests(SynchronousTestCase):
     def test_windowAtLeastOne(self) -> None:
         """A durable sender's window must let at least one letter out."""
         self.assertIn("--window must be at least 1", self._refused("--window", "0"))
+
+    def test_compareOptions(self) -> None:
+        """
+        --compare starts one broker of ours (so not with --endpoint nor
+        --journal both); --rounds goes with it and is at least 1.
+        """
+        self.assertIn("drop --endpoint", self._refused("--compare", "ipc://@/a", "--endpoint", "x"))
+        self.assertIn(
+            "--journal on or off", self._refused("--compare", "ipc://@/a", "--journal", "both")
+        )
+        self.assertIn("--rounds needs --compare", self._refused("--rounds", "2"))
+        self.assertIn(
+            "--rounds must be at least 1", self._refused("--compare", "ipc://@/a", "--rounds", "0")
+        )
+        args = parse(["--compare", "ipc://@/a", "--journal", "off", "--rounds", "5"])
+        self.assertEqual((args.compare, args.journal, args.rounds), ("ipc://@/a", "off", 5))
+
+    def test_rates(self) -> None:
+        """--rates is a comma-separated list of positive rates, 1k, 10k and 50k by default."""
+        self.assertEqual(parse([]).rates, (1000, 10_000, 50_000))
+        self.assertEqual(parse(["--rates", "200,3000"]).rates, (200, 3000))
+        self.assertIn("at least 1 msg/s", self._refused("--rates", "100,0"))
+        self.assertIn("not a list of whole numbers", self._refused("--rates", "1k"))
+
+    def test_scaleNeedsThePid(self) -> None:
+        """
+        Against an external broker scale needs its --broker-pid, and that
+        option means nothing without an external broker.
+        """
+        self.assertIn(
+            "--broker-pid",
+            self._refused("--endpoint", "ipc://@/a", "--scenario", "scale"),
+        )
+        self.assertIn("give --endpoint or --compare", self._refused("--broker-pid", "1"))
+        args = parse(["--endpoint", "ipc://@/a", "--scenario", "scale", "--broker-pid", "7"])
+        self.assertEqual((args.broker_pid, args.clients, args.subscriptions), (7, 10_000, 100_000))
 
 
 class BrokerSide:
@@ -348,7 +428,8 @@ class LoadTests(SynchronousTestCase):
     def test_requestRoundTrips(self) -> None:
         """
         A requester sends its request once a round trip and counts a round
-        trip when a delivery of its kind arrives, skipping anything else.
+        trip when a delivery of its kind arrives, skipping anything else;
+        it keeps each round trip's seconds, which sum to its total.
         """
         side = BrokerSide(self)
         side.send(
@@ -363,6 +444,8 @@ class LoadTests(SynchronousTestCase):
         report = load.request(side.link, role, load.Job(2, idle=2.0))
         self.assertEqual((report.sent, report.received), (2, 2))
         self.assertGreater(report.rtt_total, 0)
+        self.assertEqual(len(report.samples), 2)
+        self.assertEqual(sum(report.samples), report.rtt_total)
         self.assertEqual(side.received(), [request] * 2)
 
 

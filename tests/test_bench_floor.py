@@ -6,11 +6,14 @@ L{malamute_pack.bench.floor} with real processes and sockets.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import floor
+from malamute_pack.bench.__main__ import main as bench_main
 from malamute_pack.bench.percentiles import latency_figures, percentile
 from tests.support import skip_slow
 
@@ -63,3 +66,11 @@ class FloorTests(SynchronousTestCase):
     def test_relay(self) -> None:
         """The relay floor carries each request to a worker process and back."""
         self.assertLine(floor.measure("relay", 200), "relay", 200)
+
+    def test_subcommand(self) -> None:
+        """``python -m malamute_pack.bench floor`` prints the line of each floor asked for."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(bench_main(["floor", "--floor", "echo", "--messages", "50"]), 0)
+        [line] = out.getvalue().splitlines()
+        self.assertLine(line, "echo", 50)

@@ -40,7 +40,7 @@ from malamute_pack.journal import (
     JournalIdentityError,
 )
 from malamute_pack.journal.identity import read_marker
-from malamute_pack.journal.service import JournalService
+from malamute_pack.journal.service import GIL_SWITCH_INTERVAL_S, JournalService
 from malamute_pack.tap import makeBrokerService
 from tests.support import capture_log
 from tests.test_journal_journal import Inline
@@ -369,6 +369,22 @@ class MarkerTests(TestCase):
         self.assertFalse(service.running)
         [event] = [e for e in log if e.get("log_level") == LogLevel.critical]
         self.assertIn("is missing", str(event["error"]))
+
+    @inlineCallbacks
+    def test_shortSwitchIntervalWhileRunning(self) -> Inline:
+        """
+        While the journal service runs (its writer thread sharing the GIL
+        with the reactor) the GIL switch interval is the short one; it is
+        what it was again once the service stops.
+        """
+        before = sys.getswitchinterval()
+        service = JournalService(self.journal(), lambda found: None)
+        service.startService()
+        try:
+            self.assertEqual(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S)
+        finally:
+            yield service.stopService()
+        self.assertEqual(sys.getswitchinterval(), before)
 
 
 class IdentityTests(SynchronousTestCase):

@@ -21,6 +21,36 @@ are not expired for silence.
 ``--window W`` bounds the letters mailbox_durable's sender has sent and
 not yet seen STORED for (default 1000).
 
+Two scenarios run only when named with ``--scenario``:
+
+- ``latency`` (L{malamute_pack.bench.latency}): a writer paced at each of
+  ``--rates`` (default 1000,10000,50000 msgs/s) for 5 s each (or
+  ``--messages`` each), a reader taking each delivery's latency; a line
+  per rate: ``scenario=latency rate=R n=N p50_us= p99_us= p999_us=
+  max_us= lost= achieved_per_s= behind=0|1``.
+- ``scale`` (L{malamute_pack.bench.scale}): ``--clients`` idle clients
+  (default 10000) with ``--subscriptions`` in all (default 100000), the
+  broker's memory per client and per subscription, and stream 1:1
+  (``--messages``, default 300000) with them against without them. It
+  needs the broker's pid: its own brokers' are known, an external one's is
+  given with ``--broker-pid``. For it the bench starts its broker with a
+  config file raising ``max-clients`` and ``max-subscriptions`` where the
+  defaults are too low (L{malamute_pack.bench.scale.broker_config}), and
+  raises its own open-files limit first, which the broker inherits.
+
+``--compare EP`` (L{malamute_pack.bench.compare}) starts one broker of ours
+(the journal on, or off with ``--journal off``) and plays each scenario
+against it and against the broker at EP in alternation, ``--rounds``
+rounds (default 3), printing every run's line with ``broker=ours`` or
+``broker=other`` and then a ``compare`` line of medians and ratios per
+scenario. Our broker keeps the long heartbeat timeout
+(L{BROKER_TIMEOUT_MS}) there too: the load processes ping every broker
+once a second anyway (the C broker expires silent clients), so the
+timeout changes no traffic, and a long one means a stall of this shared
+machine never expires a client in the middle of a run. For a like-for-like
+scale comparison, its idle clients ping both brokers (the other needs it;
+against its own brokers alone they stay silent).
+
 ``--profile FILE`` runs the journal-on broker (the journal-off one with
 ``--journal off``) under cProfile (the stream scenarios, unless
 ``--scenario`` says otherwise) and prints its 25 most expensive functions
@@ -42,6 +72,10 @@ see L{malamute_pack.bench.multicast} and its C{--help}.
 ``python -m malamute_pack.bench ops ...`` measures what the statistics and
 the management API cost on stream 1:1: see L{malamute_pack.bench.ops}.
 
+``python -m malamute_pack.bench floor ...`` measures the round-trip floor of
+the machine with bare pyzmq (an echo, and a relay shaped like a service
+round trip): see L{malamute_pack.bench.floor}.
+
 Tests: ``tests/test_bench.py``.
 """
 
@@ -56,30 +90,46 @@ from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 from pathlib import Path
 
+from malamute_pack.bench import floor, pack, scale
 from malamute_pack.bench import multicast as multicast_bench
 from malamute_pack.bench import ops as ops_bench
-from malamute_pack.bench import pack
 from malamute_pack.bench import pair as pair_bench
 from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
-from malamute_pack.bench.load import DEFAULT_WINDOW, Job
+from malamute_pack.bench.compare import DEFAULT_ROUNDS, OTHER, OURS, run_comparison
+from malamute_pack.bench.load import DEFAULT_WINDOW
+from malamute_pack.bench.plays import Choices, Target, play
 from malamute_pack.bench.scenarios import (
+    DEFAULT_RATES,
+    DEFAULT_SCENARIOS,
     JOURNAL_BOTH,
     JOURNAL_OFF,
     JOURNAL_ON,
+    SCALE,
     SCENARIOS,
     STREAM_SCENARIOS,
     BenchError,
-    BrokerRun,
     JournalUse,
+    Measured,
     Result,
     journal_cost_lines,
     plan,
-    run,
 )
 
 # The heartbeat timeout of the brokers it starts: long enough that no load
 # process is expired for silence during a run.
 BROKER_TIMEOUT_MS = 600_000
+# Open files the bench's broker may need beyond one per idle client of scale.
+FD_MARGIN = 4096
+
+
+def _rates(text: str) -> tuple[int, ...]:
+    try:
+        rates = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of whole numbers: {text!r}") from None
+    if not rates or min(rates) < 1:
+        raise argparse.ArgumentTypeError("every rate must be at least 1 msg/s")
+    return rates
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -90,14 +140,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--scenario",
         action="append",
         choices=list(SCENARIOS),
-        help="run this scenario (repeatable; default: all, or the stream ones with --profile)",
+        help="run this scenario (repeatable; default: all but latency and scale, or the "
+        "stream ones with --profile)",
     )
     parser.add_argument(
         "--messages",
         type=int,
         metavar="N",
-        help="messages per sender, round trips for service_rr (default: per scenario, "
-        "about two minutes in all)",
+        help="messages per sender, round trips for service_rr, messages per rate for latency, "
+        "per stream run for scale (default: per scenario, about two minutes in all)",
     )
     parser.add_argument(
         "--window",
@@ -108,6 +159,44 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         f"(default {DEFAULT_WINDOW})",
     )
     parser.add_argument("--endpoint", metavar="EP", help="use the broker already bound here")
+    parser.add_argument(
+        "--compare",
+        metavar="EP",
+        help="play each scenario against a broker of ours and the one at EP in alternation",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="R",
+        help=f"rounds of --compare (default {DEFAULT_ROUNDS})",
+    )
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        metavar="PID",
+        help="the process of the broker at --endpoint or --compare's EP (for scale's memory)",
+    )
+    parser.add_argument(
+        "--rates",
+        type=_rates,
+        default=DEFAULT_RATES,
+        metavar="R,R,...",
+        help="latency's rates in msgs/s (default " + ",".join(map(str, DEFAULT_RATES)) + ")",
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=scale.DEFAULT_CLIENTS,
+        metavar="N",
+        help=f"scale's idle clients (default {scale.DEFAULT_CLIENTS})",
+    )
+    parser.add_argument(
+        "--subscriptions",
+        type=int,
+        default=scale.DEFAULT_SUBSCRIPTIONS,
+        metavar="N",
+        help=f"scale's subscriptions in all (default {scale.DEFAULT_SUBSCRIPTIONS})",
+    )
     parser.add_argument(
         "--journal",
         choices=(JOURNAL_ON, JOURNAL_OFF, JOURNAL_BOTH),
@@ -121,6 +210,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--profile needs a broker this command starts: drop --endpoint")
     if args.journal is not None and args.endpoint is not None:
         parser.error("--journal needs a broker this command starts: drop --endpoint")
+    if args.compare is not None and args.endpoint is not None:
+        parser.error("--compare starts a broker of ours to set against EP: drop --endpoint")
+    if args.compare is not None and args.journal == JOURNAL_BOTH:
+        parser.error("--compare starts one broker of ours: --journal on or off")
+    if args.rounds is not None and args.compare is None:
+        parser.error("--rounds needs --compare")
+    if args.rounds is not None and args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if args.broker_pid is not None and args.endpoint is None and args.compare is None:
+        parser.error("--broker-pid is an external broker's: give --endpoint or --compare")
+    if args.clients < 1:
+        parser.error("--clients must be at least 1")
+    if args.subscriptions < 0:
+        parser.error("--subscriptions must not be negative")
+    if args.endpoint is not None and args.broker_pid is None and SCALE in (args.scenario or ()):
+        parser.error("scale measures the broker's memory: give its --broker-pid")
     if args.profile is not None and not args.profile.resolve().parent.is_dir():
         parser.error(f"--profile: no directory {args.profile.resolve().parent}")
     if args.messages is not None and args.messages < 1:
@@ -139,17 +244,32 @@ def print_profile(path: Path, top: int = 25) -> None:
     pstats.Stats(str(path), stream=sys.stdout).sort_stats("tottime").print_stats(top)
 
 
-def play(
-    broker_run: BrokerRun, endpoint: str, args: argparse.Namespace, context: BaseContext
-) -> list[Result]:
-    """Play a run's scenarios against the broker at C{endpoint}, printing each line."""
+def emit(line: str) -> None:
+    print(line, flush=True)
+
+
+def play_all(
+    names: Sequence[str], target: Target, choices: Choices, context: BaseContext
+) -> list[Measured]:
+    """Play the scenarios C{names} against C{target}, printing each line as it comes."""
     results = []
-    for scenario in broker_run.scenarios:
-        job = Job(args.messages or scenario.default_n, window=args.window)
-        result = run(scenario, endpoint, job, context, broker_run.journal)
-        print(result.line(), flush=True)
-        results.append(result)
+    for name in names:
+        for result in play(SCENARIOS[name], target, choices, context):
+            emit(result.line())
+            results.append(result)
     return results
+
+
+def broker_args(directory: Path, names: Sequence[str], args: argparse.Namespace) -> list[str]:
+    """
+    The extra arguments of the bench's own broker: for scale, a config file
+    (written in C{directory}) with limits that let it hold the clients.
+    """
+    if SCALE not in names:
+        return []
+    config = directory / "bench-scale.cfg"
+    config.write_text(scale.broker_config(args.clients, args.subscriptions))
+    return ["-c", str(config)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,19 +282,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         return multicast_bench.main(arguments[1:])
     if arguments[:1] == ["ops"]:
         return ops_bench.main(arguments[1:])
+    if arguments[:1] == ["floor"]:
+        return floor.main(arguments[1:])
     args = parse(arguments)
-    names = args.scenario or (list(STREAM_SCENARIOS) if args.profile else list(SCENARIOS))
+    names = args.scenario or list(STREAM_SCENARIOS if args.profile else DEFAULT_SCENARIOS)
     profile = args.profile.resolve() if args.profile else None
-    runs = plan(names, None if args.endpoint else args.journal or JOURNAL_BOTH)
+    choices = Choices(args.messages, args.window, args.rates, args.clients, args.subscriptions)
+    if SCALE in names:
+        # Before any broker starts: it inherits the limit.
+        scale.raise_fd_limit(args.clients + FD_MARGIN)
     # Load processes start from a clean, preloaded server: fast, and no
     # state of this process (sockets, the brokers' Popen) leaks into them.
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["malamute_pack.bench.load"])
-    results: list[Result] = []
+    context.set_forkserver_preload(
+        ["malamute_pack.bench.load", "malamute_pack.bench.latency", "malamute_pack.bench.scale"]
+    )
+    results: list[Measured] = []
     try:
-        if args.endpoint is not None:
-            results += play(runs[0], args.endpoint, args, context)
+        if args.compare is not None:
+            journal = args.journal != JOURNAL_OFF
+            with (
+                tempfile.TemporaryDirectory(prefix="malamute-bench-") as tmp,
+                BrokerProcess(
+                    Path(tmp),
+                    journal=journal,
+                    timeout_ms=BROKER_TIMEOUT_MS,
+                    args=broker_args(Path(tmp), names, args),
+                    profile=profile,
+                ) as broker,
+            ):
+                ours = Target(broker.endpoint, journal, OURS, broker.pid, ping_idle=True)
+                other = Target(
+                    args.compare, None, OTHER, args.broker_pid, extensions=False, ping_idle=True
+                )
+                rounds = args.rounds or DEFAULT_ROUNDS
+                results += run_comparison(names, ours, other, choices, rounds, context, emit)
+        elif args.endpoint is not None:
+            target = Target(args.endpoint, pid=args.broker_pid, ping_idle=True)
+            results += play_all(names, target, choices, context)
         else:
+            runs = plan(names, args.journal or JOURNAL_BOTH)
             # The journal-on broker, the one whose costs matter, is profiled.
             profiled = next((r for r in runs if r.journal), runs[-1])
             for broker_run in runs:
@@ -185,15 +332,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         Path(tmp),
                         journal=broker_run.journal,
                         timeout_ms=BROKER_TIMEOUT_MS,
+                        args=broker_args(Path(tmp), [s.name for s in broker_run.scenarios], args),
                         profile=profile if broker_run is profiled else None,
                     ) as broker,
                 ):
-                    results += play(broker_run, broker.endpoint, args, context)
+                    target = Target(broker.endpoint, broker_run.journal, pid=broker.pid)
+                    names_here = [s.name for s in broker_run.scenarios]
+                    results += play_all(names_here, target, choices, context)
     except (BenchError, BrokerError) as e:
         print(f"bench: {e}", file=sys.stderr)
         return 1
-    for line in journal_cost_lines(results):
-        print(line, flush=True)
+    for line in journal_cost_lines([r for r in results if isinstance(r, Result)]):
+        emit(line)
     if profile is not None:
         print_profile(profile)
     return 0

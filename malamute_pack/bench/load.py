@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import monotonic
 
@@ -63,12 +63,15 @@ class Job:
     @ivar ping_interval: seconds between CONNECTION_PINGs while a role waits.
     @ivar window: letters a durable sender has sent and not yet seen STORED
         for, at most.
+    @ivar rate: messages per second a paced sender keeps to (the latency
+        scenario's writer, L{malamute_pack.bench.latency}); 0 for the rest.
     """
 
     n: int
     idle: float = 5.0
     ping_interval: float = 1.0
     window: int = DEFAULT_WINDOW
+    rate: int = 0
 
 
 @dataclass(slots=True)
@@ -82,7 +85,10 @@ class Report:
     @ivar first_send: when the first message left, if any did.
     @ivar last_receipt: when the last counted delivery arrived, if any did.
     @ivar last_ack: when the last STORED 200 arrived, if any did.
+    @ivar last_send: when the last message left (a paced sender's), if any did.
     @ivar rtt_total: seconds summed over the completed round trips.
+    @ivar samples: seconds each measured message took: a requester's round
+        trips, a latency reader's deliveries (receipt minus send time).
     """
 
     sent: int = 0
@@ -91,7 +97,9 @@ class Report:
     first_send: float | None = None
     last_receipt: float | None = None
     last_ack: float | None = None
+    last_send: float | None = None
     rtt_total: float = 0.0
+    samples: list[float] = field(default_factory=list)
 
 
 class Link:
@@ -325,8 +333,9 @@ def serve(link: Link, role: Role, job: Job) -> Report:
 def request(link: Link, role: Role, job: Job) -> Report:
     """
     Make C{job.n} strictly sequential round trips: send C{role.frames},
-    wait for a delivery of kind C{role.counts}. A round trip unanswered
-    within C{job.idle} counts as lost and the next one starts.
+    wait for a delivery of kind C{role.counts}, and keep each one's
+    seconds. A round trip unanswered within C{job.idle} counts as lost and
+    the next one starts.
     """
     socket = link.socket
     recv = socket.recv_multipart
@@ -335,8 +344,9 @@ def request(link: Link, role: Role, job: Job) -> Report:
     frames = list(role.frames)
     kind = role.counts
     message_id = mlm.message_id
+    # Preallocated: no list growth inside the timed loop.
+    samples = [0.0] * job.n
     replies = 0
-    rtt_total = 0.0
     last = None
     first = monotonic()
     for _ in range(job.n):
@@ -348,10 +358,16 @@ def request(link: Link, role: Role, job: Job) -> Report:
         except zmq.Again:
             continue
         last = monotonic()
-        rtt_total += last - started
+        samples[replies] = last - started
         replies += 1
+    del samples[replies:]
     return Report(
-        sent=job.n, received=replies, first_send=first, last_receipt=last, rtt_total=rtt_total
+        sent=job.n,
+        received=replies,
+        first_send=first,
+        last_receipt=last,
+        rtt_total=sum(samples),
+        samples=samples,
     )
 
 

@@ -8,7 +8,9 @@ uses the broker's journal (L{JournalUse}: measured with and without it,
 run once, or only with it). L{plan} says which scenarios run on which
 broker. The runner starts one process per role, waits until every role has opened and
 set up (so readers are subscribed before any writer starts), says go to all
-at once, collects their reports and turns them into figures:
+at once, collects their reports and turns them into figures. The
+``scale`` scenario has no roles of its own: L{malamute_pack.bench.scale}
+plays it (stream_1to1 among many idle clients). The figures:
 
 - secs: from the first send to the last counted delivery (or the last
   STORED 200, if that came later);
@@ -17,7 +19,14 @@ at once, collects their reports and turns them into figures:
   delivered_per_s: deliveries counted over all receivers;
 - lost: deliveries expected (n per counting role) minus counted;
 - acked: STORED 200 acknowledgements (any other status is not acked);
-- journal: on or off, when the harness started the broker and so knows.
+- avg_rtt_us: the mean round trip of service_rr;
+- p50_us, p99_us, p999_us, max_us: percentiles of the samples the counting
+  roles took (service_rr's round trips; latency's delivery latencies);
+- rate, achieved_per_s, behind: the rate the latency writer was paced at,
+  the rate it achieved, and 1 if that fell short
+  (L{malamute_pack.bench.latency.behind});
+- journal: on or off, when the harness started the broker and so knows;
+- broker: ours or other, in a comparison (L{malamute_pack.bench.compare}).
 
 A journal_cost line compares one scenario's msgs_per_s with and without
 the journal.
@@ -33,8 +42,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
+from typing import Protocol
 
-from malamute_pack.bench import load
+from malamute_pack.bench import latency, load
+from malamute_pack.bench.percentiles import latency_figures
 from malamute_pack.protocol import mlm
 
 PAYLOAD = b"x" * 100
@@ -45,6 +56,14 @@ MAILBOX = "bench-rx"
 DURABLE_MAILBOX = "bench-durable-rx"
 SERVICE = "echo"
 REQUESTER = "bench-req"
+
+LATENCY, SCALE = "latency", "scale"
+# The latency scenario's rates (msgs/s) and seconds at each, unless told otherwise.
+DEFAULT_RATES = (1000, 10_000, 50_000)
+LATENCY_SECONDS = 5
+# The figures every throughput line shows after its scenario, broker and journal.
+COMMON_KEYS = ("n", "secs", "msgs_per_s", "lost")
+PERCENTILE_KEYS = ("p50_us", "p99_us", "p999_us", "max_us")
 
 
 class BenchError(Exception):
@@ -73,6 +92,10 @@ class Scenario:
     @ivar extras: figures its line shows after the common ones.
     @ivar journal: how it uses the broker's journal.
     @ivar acknowledged: msgs_per_s counts STORED 200s, not messages sent.
+    @ivar keys: the figures its line shows instead of L{COMMON_KEYS} and
+        the extras, if not empty.
+    @ivar extension: why another broker (the C broker) cannot play it: it
+        needs an extension of ours; empty if any broker can.
     """
 
     name: str
@@ -81,6 +104,12 @@ class Scenario:
     extras: tuple[str, ...] = ()
     journal: JournalUse = JournalUse.ONCE
     acknowledged: bool = False
+    keys: tuple[str, ...] = ()
+    extension: str = ""
+
+    def shown(self) -> tuple[str, ...]:
+        """The figures its line shows after the scenario's name, broker and journal."""
+        return self.keys or (*COMMON_KEYS, *self.extras)
 
 
 def _sender(name: str, setup: tuple[mlm.Message, ...], message: mlm.Message) -> load.Role:
@@ -99,6 +128,22 @@ def _stream_scenario(name: str, readers: int, default_n: int, extras: tuple[str,
     )
     writer = _sender("writer", (mlm.StreamWrite(STREAM),), mlm.StreamSend(SUBJECT, [PAYLOAD]))
     return Scenario(name, (*reader_roles, writer), default_n, extras, JournalUse.COMPARED)
+
+
+def _latency_scenario() -> Scenario:
+    reader = load.Role(
+        "reader", latency.read, setup=(mlm.StreamRead(STREAM, ""),), counts=mlm.StreamDeliver.ID
+    )
+    writer = load.Role(
+        "writer",
+        latency.pace,
+        "writer",
+        (mlm.StreamWrite(STREAM),),
+        (mlm.encode_header(mlm.StreamSend(SUBJECT)),),
+    )
+    keys = ("rate", "n", *PERCENTILE_KEYS, "lost", "achieved_per_s", "behind")
+    # default_n is per rate: LATENCY_SECONDS of it (see default_messages).
+    return Scenario(LATENCY, (reader, writer), 0, keys=keys)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -140,6 +185,7 @@ SCENARIOS: dict[str, Scenario] = {
             ("acked",),
             JournalUse.REQUIRED,
             acknowledged=True,
+            extension="needs protocol version 2 (durable letters, STORED), an extension of ours",
         ),
         Scenario(
             "service_rr",
@@ -154,12 +200,23 @@ SCENARIOS: dict[str, Scenario] = {
                 ),
             ),
             45_000,
-            ("avg_rtt_us",),
+            ("avg_rtt_us", *PERCENTILE_KEYS),
         ),
+        _latency_scenario(),
+        # Played by malamute_pack.bench.scale: default_n is its stream_1to1 runs'.
+        Scenario(SCALE, (), 300_000),
     )
 }
 
 STREAM_SCENARIOS = ("stream_1to1", "stream_fanout10")
+# What runs when no --scenario is given: latency and scale run only when asked.
+DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name not in (LATENCY, SCALE))
+
+
+def default_messages(scenario: Scenario, rate: int) -> int:
+    """A run's n when C{--messages} is not given (latency: C{rate} for its seconds)."""
+    return rate * LATENCY_SECONDS if scenario.name == LATENCY else scenario.default_n
+
 
 # --journal's choices.
 JOURNAL_ON, JOURNAL_OFF, JOURNAL_BOTH = "on", "off", "both"
@@ -203,12 +260,48 @@ def plan(names: Sequence[str], journal: str | None) -> list[BrokerRun]:
     return runs
 
 
+class Measured(Protocol):
+    """What one play of a scenario against one broker gives: its line's figures."""
+
+    def figures(self) -> dict[str, str]:
+        """The figures by name, formatted, in the order they print."""
+
+    def line(self) -> str:
+        """The figures as C{name=value} separated by spaces."""
+
+
+def line_of(figures: dict[str, str]) -> str:
+    return " ".join(f"{name}={value}" for name, value in figures.items())
+
+
+def heading(name: str, broker: str | None, journal: bool | None) -> dict[str, str]:
+    """The figures every line starts with: scenario, then broker and journal if known."""
+    figures = {"scenario": name}
+    if broker is not None:
+        figures["broker"] = broker
+    if journal is not None:
+        figures["journal"] = "on" if journal else "off"
+    return figures
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
+    """
+    One run of a scenario's roles.
+
+    @ivar n: messages a sender sent (round trips for a requester).
+    @ivar reports: one per role, in the scenario's order.
+    @ivar journal: whether the broker journals, if known.
+    @ivar broker: ours or other, in a comparison; else C{None}.
+    @ivar rate: the latency writer's pace (msgs/s); 0 for other scenarios.
+    """
+
     scenario: Scenario
     n: int
     reports: tuple[load.Report, ...]
     journal: bool | None = None
+    broker: str | None = None
+    rate: int = 0
 
     def figures(self) -> dict[str, str]:
         """The scenario's figures by name, formatted, in the order they print."""
@@ -223,13 +316,14 @@ class Result:
         ends = [r.last_receipt for r in counting if r.last_receipt is not None]
         ends += [r.last_ack for r in self.reports if r.last_ack is not None]
         secs = max(ends) - min(starts) if starts and ends else 0.0
+        paced = next((r for r in self.reports if r.last_send is not None), load.Report())
+        achieved = latency.achieved(paced.sent, paced.first_send, paced.last_send)
 
         def rate(count: int) -> str:
             return f"{count / secs:.0f}" if secs > 0 else "0"
 
         figures = {
-            "scenario": self.scenario.name,
-            "journal": "" if self.journal is None else ("on" if self.journal else "off"),
+            "rate": str(self.rate),
             "n": str(self.n),
             "secs": f"{secs:.3f}",
             "msgs_per_s": rate(acked if self.scenario.acknowledged else self.n),
@@ -239,13 +333,15 @@ class Result:
             "avg_rtt_us": f"{sum(r.rtt_total for r in counting) / delivered * 1e6:.1f}"
             if delivered
             else "0",
+            **latency_figures([sample for r in counting for sample in r.samples]),
+            "achieved_per_s": f"{achieved:.0f}",
+            "behind": "1" if latency.behind(self.rate, achieved) else "0",
         }
-        journal = ("journal",) if self.journal is not None else ()
-        shown = ("scenario", *journal, "n", "secs", "msgs_per_s", "lost", *self.scenario.extras)
-        return {name: figures[name] for name in shown}
+        shown = heading(self.scenario.name, self.broker, self.journal)
+        return shown | {name: figures[name] for name in self.scenario.shown()}
 
     def line(self) -> str:
-        return " ".join(f"{name}={value}" for name, value in self.figures().items())
+        return line_of(self.figures())
 
 
 def journal_cost_lines(results: Sequence[Result]) -> list[str]:
@@ -299,11 +395,21 @@ def run(
     job: load.Job,
     context: BaseContext,
     journal: bool | None = None,
+    broker: str | None = None,
 ) -> Result:
     """
     Play C{scenario} against the broker at C{endpoint} (which journals if
-    C{journal}, when that is known) with C{job.n} messages a sender.
+    C{journal}, when that is known; called C{broker} in a comparison) with
+    C{job.n} messages a sender (at C{job.rate}, for a paced one).
+
+    @raise BenchError: a role failed; or the scenario is not one this plays
+        (scale, which L{malamute_pack.bench.scale} plays), or is latency
+        without a rate.
     """
+    if not scenario.roles:
+        raise BenchError(f"{scenario.name} has no roles of its own: play it with its module")
+    if scenario.name == LATENCY and job.rate < 1:
+        raise BenchError("latency needs a rate: a Job with rate of at least 1 msg/s")
     pipes: list[Connection] = []
     processes: list[BaseProcess] = []
     try:
@@ -333,7 +439,7 @@ def run(
             pipe.send((load.STOP, None))
         for process in processes:
             process.join(10)
-        return Result(scenario, job.n, tuple(reports), journal)
+        return Result(scenario, job.n, tuple(reports), journal, broker, job.rate)
     finally:
         for process in processes:
             if process.is_alive():
