@@ -243,3 +243,25 @@ class DeferTests(TestCase):
         )
         self.assertEqual(self.router.dropped, 10 - len(got))
         self.assertEqual([bob.recv(zmq.NOBLOCK) for _ in range(3)], [b"0", b"1", b"2"])
+
+    async def test_failingReportLoggedSocketKept(self) -> None:
+        """
+        A report of an undelivered message that raises is logged; the
+        socket stays in the reactor and keeps reading and sending.
+        """
+        alice = self.peer(b"alice")
+
+        def broken() -> None:
+            raise RuntimeError("a bug in the report")
+
+        def handle(frames: list[bytes]) -> None:
+            self.router.defer(b"nobody", [b"lost"], broken)
+            self.router.defer(b"alice", [frames[-1]], lambda: None)
+
+        self.handle = handle
+        alice.send(b"one")
+        self.assertEqual(await self.arrived(alice, 1), [b"one"])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        alice.send(b"two")
+        self.assertEqual(await self.arrived(alice, 1), [b"two"])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
