@@ -21,7 +21,9 @@ the model only when this broker becomes active, the clients' messages pass
 its gate, and the pack and the bridges run only while it is active. The
 operations (L{malamute_pack.ops.service}: statistics, the C{$broker}
 service, C{--stats-interval}'s log line, C{--http}'s management API) start
-last. They stop in the reverse order.
+next, then the garbage collector's settings (L{malamute_pack.gcservice}:
+what start-up made is frozen) and last the systemd notifier. They stop in
+the reverse order.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
 
@@ -44,6 +46,7 @@ from malamute_pack import settings as _settings
 from malamute_pack.broker.access import AccessControl, AccessFileError
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.datadir import DataDirService, pack_identity, prepare
+from malamute_pack.gcservice import GarbageCollectorService
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
@@ -388,6 +391,10 @@ def makeBrokerService(
             gate.add(reader)
         gate.watch(broker.listening)
         journal.watch_backlog(settings.limits.journal_backlog_bytes, gate.backlog)
+    # Once everything above has started: what start-up made is frozen.
+    collector = GarbageCollectorService()
+    collector.setName("gc")
+    collector.setServiceParent(top)
     # Last to start, first to stop: tells systemd (Type=notify) the broker is
     # ready once all the above has started, and that it stops (a no-op
     # without $NOTIFY_SOCKET; docs/operations.md).

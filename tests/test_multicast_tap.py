@@ -215,13 +215,15 @@ class BrokerCompositionTests(SynchronousTestCase):
         """
         A broker's bridges are one service of its own, named bridges,
         started after the clients' sockets and the pack (before only the
-        operations services).
+        operations services, the collector's settings and the notifier).
         """
         top = self.broker("--bridge-out", OUT)
         bridges = top.getServiceNamed("bridges")
         self.assertIsInstance(bridges, BridgeService)
         names = [service.name for service in top]
-        self.assertEqual(names[names.index("bridges") :], ["bridges", "operations", "sd-notify"])
+        self.assertEqual(
+            names[names.index("bridges") :], ["bridges", "operations", "gc", "sd-notify"]
+        )
 
     def test_none(self) -> None:
         """Without bridges there is no bridge service."""
