@@ -9,6 +9,7 @@ letters the whole broker holds are bounded in bytes.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -142,3 +143,29 @@ class LetterBudgetTests(SynchronousTestCase):
         h.send(S, mlm.MailboxSend("offline-9", "fits", "t9", 0, [bytes(1000)]))
         [stored_again] = [m for m in h.take(S) if isinstance(m, mlm.Stored)]
         self.assertEqual(stored_again.status_code, 200)
+
+    def test_refusedLetterLeavesNoCycle(self) -> None:
+        """
+        A refused letter is freed by reference counting alone: nothing of
+        it (the refusal's traceback held the frames that held the letter)
+        waits in a reference cycle for the garbage collector, which the
+        broker runs seldom (L{malamute_pack.gcservice}).
+        """
+        size = 3333
+        h = BrokerHarness(BrokerConfig(limits=Limits(letters_max_bytes=size)))
+        self.addCleanup(h.close)
+        h.open(S, "sender", version=2)
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds, to look at it
+        self.addCleanup(gc.garbage.clear)
+        self.addCleanup(gc.set_debug, 0)
+        h.send(S, mlm.MailboxSend("offline", "big", "t", 0, [bytes(size)]))
+        stored = [m for m in h.take(S) if isinstance(m, mlm.Stored)]
+        self.assertIn("memory full", stored[0].status_reason)
+        gc.collect()
+        holding = [
+            o
+            for o in gc.garbage
+            if any(isinstance(r, bytes) and len(r) == size for r in gc.get_referents(o))
+        ]
+        self.assertEqual(holding, [])

@@ -50,6 +50,7 @@ from malamute_pack.bench.brokerprocess import (
     BrokerProcess,
     checkout_environment,
     fresh_ipc_endpoint,
+    open_connection,
     terminate,
     twistd_command,
 )
@@ -764,8 +765,9 @@ class RefusalTests(SynchronousTestCase):
         directory.mkdir()
         log = directory / "broker.log"
         with log.open("wb") as out:
+            endpoint = fresh_ipc_endpoint("refusal")
             broker = subprocess.Popen(
-                self.command(directory / "data", "x=tcp://127.0.0.1:*"),
+                self.command(directory / "data", "x=tcp://127.0.0.1:*", endpoint),
                 cwd=directory,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -774,20 +776,29 @@ class RefusalTests(SynchronousTestCase):
             )
         self.addCleanup(self._reap, broker)
         deadline = time.monotonic() + 30.0
-        while "published on tcp://127.0.0.1:" not in log.read_text(errors="replace"):
+
+        def check() -> None:
             if broker.poll() is not None or time.monotonic() > deadline:
                 self.fail(f"the broker with a tcp:// bridge did not start:\n{log.read_text()}")
+
+        while "published on tcp://127.0.0.1:" not in log.read_text(errors="replace"):
+            check()
             time.sleep(0.05)
+        # Its answer says the reactor runs, its SIGTERM handler in place.
+        open_connection(endpoint, check=check)
         broker.send_signal(signal.SIGTERM)
         self.assertIn(broker.wait(20.0), (0, -signal.SIGTERM))
         self.assertIn("Main loop terminated.", log.read_text(errors="replace"))
         print(f"\nrefused in {took:.1f}s: {naming[0]}")
 
-    def command(self, data: Path, bridge: str) -> list[str]:
-        """A broker's command line: its data in C{data}, C{--bridge-out bridge}."""
+    def command(self, data: Path, bridge: str, endpoint: str | None = None) -> list[str]:
+        """
+        A broker's command line: its data in C{data}, C{--bridge-out
+        bridge}, bound to C{endpoint} (a fresh one by default).
+        """
         return twistd_command(
             "--nodaemon", "--pidfile=", "malamute", "-d", str(data),
-            "-e", fresh_ipc_endpoint("refusal"), "--bridge-out", bridge,
+            "-e", endpoint or fresh_ipc_endpoint("refusal"), "--bridge-out", bridge,
         )  # fmt: skip
 
     def _reap(self, process: subprocess.Popen[bytes]) -> None:

@@ -182,6 +182,11 @@ class PostOffice:
             letter = self._accept(kind, sender, message, receipt, on_behalf_of, relay, relay_key)
         except Refused as e:
             self._settle(sender, receipt, 0, e.code, e.reason)
+            # The outcome outlives this frame: kept with its traceback (and
+            # its cause's), the refusal would hold the frames that hold the
+            # message, up to MiBs, in a reference cycle only the collector
+            # frees.
+            e.__traceback__ = e.__cause__ = e.__context__ = None
             return Outcome(Posted.REFUSED, refusal=e)
         self.stored += 1
         if self._store is None:
