@@ -41,11 +41,12 @@ Tests: ``tests/test_gcservice.py``.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 from typing import Final
 
 from twisted.application.service import Service
 from twisted.logger import Logger
+
+from malamute_pack.process_setting import ProcessSetting
 
 _log = Logger()
 
@@ -55,16 +56,24 @@ GENERATION0_THRESHOLD: Final = 10_000
 THRESHOLDS: Final = (GENERATION0_THRESHOLD, 10, 10)
 
 
+# Held while a broker runs, by every broker of the process
+# (L{malamute_pack.process_setting}): the first saves, the last gives back.
+COLLECTOR_THRESHOLDS: Final = ProcessSetting[tuple[int, int, int]](
+    gc.get_threshold, lambda thresholds: gc.set_threshold(*thresholds)
+)
+# Holding it freezes what exists then; the last to let go unfreezes.
+START_UP_FROZEN: Final = ProcessSetting[bool](
+    lambda: False, lambda frozen: gc.freeze() if frozen else gc.unfreeze()
+)
+
+
 class GarbageCollectorService(Service):
     """Sets L{THRESHOLDS} and freezes start-up's objects while it runs."""
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
-        if _settings.running == 0:
-            _settings.saved = gc.get_threshold()
-        _settings.running += 1
-        gc.freeze()
-        gc.set_threshold(*THRESHOLDS)
+        START_UP_FROZEN.hold(True)
+        COLLECTOR_THRESHOLDS.hold(THRESHOLDS)
         _log.info(
             "garbage collector: generation 0 every {threshold:,} allocations, "
             "{frozen:,} objects of start-up frozen",
@@ -73,26 +82,7 @@ class GarbageCollectorService(Service):
         )
 
     def stopService(self) -> None:
-        was_running = self.running
+        if self.running:
+            COLLECTOR_THRESHOLDS.release()
+            START_UP_FROZEN.release()
         super().stopService()  # type: ignore[no-untyped-call]
-        if not was_running:
-            return
-        _settings.running -= 1
-        if _settings.running == 0:
-            gc.set_threshold(*_settings.saved)
-            gc.unfreeze()
-
-
-@dataclass
-class _Saved:
-    """
-    The collector is the process's: when several brokers run in one (the
-    tests, a pair's two sides), the first to start saves its settings and
-    the last to stop gives them back.
-    """
-
-    running: int = 0
-    saved: tuple[int, int, int] = (700, 10, 10)
-
-
-_settings = _Saved()

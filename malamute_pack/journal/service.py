@@ -10,7 +10,9 @@ While it runs, the process's GIL switch interval is short
 the reactor, and a reactor that wants it back waits for the writer at most
 that long. Python's default, 5 ms, showed as the tail of stream delivery
 (``bench --scenario latency`` at 10k msgs/s: p99.9 12-15 ms with it, 5-8 ms
-with 0.5 ms), for no measurable throughput.
+with 0.5 ms), for no measurable throughput. The last journal service of the
+process to stop gives back what the first found
+(L{malamute_pack.process_setting}).
 
 Tests: ``tests/test_broker_durable.py``, ``tests/test_datadir.py``.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Final
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
@@ -26,12 +29,16 @@ from twisted.logger import Logger
 
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.journal import Journal, Recovered
+from malamute_pack.process_setting import ProcessSetting
 from malamute_pack.text import plural
 
 _log = Logger()
 
 # Seconds a thread holding the GIL keeps it while another waits for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
+# Held by every running journal service of the process: the last to stop
+# gives back what the first found (L{malamute_pack.process_setting}).
+SWITCH_INTERVAL: Final = ProcessSetting[float](sys.getswitchinterval, sys.setswitchinterval)
 
 
 class JournalService(Service):
@@ -41,7 +48,6 @@ class JournalService(Service):
         self.journal = journal
         self._recovered = recovered
         journal.on_error = self._report
-        self._switch_interval: float | None = None
 
     def startService(self) -> None:
         try:
@@ -49,8 +55,6 @@ class JournalService(Service):
         except JournalError as e:
             _log.critical("the broker cannot start: {error}", error=e)
             raise
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         _log.info(
             "journal {path}: {streams}, {letters} waiting{crash}",
             path=str(self.journal.path),
@@ -61,13 +65,13 @@ class JournalService(Service):
             else "",
         )
         self._recovered(found)
+        SWITCH_INTERVAL.hold(GIL_SWITCH_INTERVAL_S)
         super().startService()
 
     def stopService(self) -> Deferred[None]:
+        if self.running:
+            SWITCH_INTERVAL.release()
         super().stopService()
-        if self._switch_interval is not None:
-            sys.setswitchinterval(self._switch_interval)
-            self._switch_interval = None
         return self.journal.close()
 
     def _report(self, error: JournalError) -> None:
