@@ -28,11 +28,14 @@ retention ``malamute/journal/retention/max-count``, ``.../max-age`` (s),
 interface name or address), ``malamute/pack/beacon-port``,
 ``malamute/pack/beacon-interval``, ``malamute/pack/evasive`` and
 ``malamute/pack/expired`` (ms: ZRE's peer timers), ``malamute/pack/gossip-bind`` and
-``malamute/pack/gossip-connect`` (repeatable), ``malamute/pack/peer-endpoint``
-and ``malamute/pack/broker-name``; the pair's (``docs/pair.md``):
+``malamute/pack/gossip-connect`` (repeatable), ``malamute/pack/peer-endpoint``,
+``malamute/pack/broker-name``, ``malamute/pack/keys`` (the public
+certificates of the brokers allowed in: a CURVE pack) and
+``malamute/pack/secret`` (the pack's own secret certificate); the pair's (``docs/pair.md``):
 ``malamute/pair/role`` (primary or backup), ``malamute/pair/bind``,
 ``malamute/pair/connect``, ``malamute/pair/replication`` (sync or async),
-``malamute/pair/heartbeat`` (ms) and ``malamute/pair/misses``; the
+``malamute/pair/heartbeat`` (ms), ``malamute/pair/misses`` and
+``malamute/pair/key`` (the partner's public certificate: a CURVE link); the
 multicast bridges' (``docs/multicast.md``, L{malamute_pack.multicast.config}):
 ``malamute/bridge/out`` and ``malamute/bridge/in`` (repeatable),
 ``malamute/bridge/rate``, ``.../recovery``, ``.../hops``, ``.../endpoint``;
@@ -78,6 +81,11 @@ class PackSettings:
         interface's address, any port.
     @ivar broker_name: the name peers know this broker by (default: the
         host's name).
+    @ivar keys: the public certificates of the brokers allowed in the pack
+        (a directory, or one file as for CURVE clients): with them the pack
+        is CURVE only and admits no one else; None: an open pack.
+    @ivar secret: the pack's own secret certificate; None: the broker's
+        (C{--curve-secret}, or the one made in the data directory).
     """
 
     name: str | None = None
@@ -90,6 +98,13 @@ class PackSettings:
     broker_name: str | None = None
     evasive_ms: int = 5000
     expired_ms: int = 30000
+    keys: Path | None = None
+    secret: Path | None = None
+
+    @property
+    def curve(self) -> bool:
+        """Whether the pack is CURVE only (its brokers' keys are listed)."""
+        return self.keys is not None
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,8 @@ class PairSettings:
         it too) or C{"async"}.
     @ivar heartbeat_ms: how often the partners tell each other their state.
     @ivar misses: heartbeats missed before the partner counts as gone.
+    @ivar key: the partner's public certificate: the link is CURVE and
+        admits only that key; None: an open link.
     """
 
     role: str | None = None
@@ -112,6 +129,7 @@ class PairSettings:
     replication: str = "sync"
     heartbeat_ms: int = round(DEFAULT_HEARTBEAT * 1000)
     misses: int = DEFAULT_MISSES
+    key: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +275,9 @@ def _pack(config: dict[str, list[str]], base: PackSettings) -> PackSettings:
     ):
         if values := config.get(f"malamute/pack/{key}"):
             changes[name] = values[-1]
+    for key, name in (("keys", "keys"), ("secret", "secret")):
+        if values := config.get(f"malamute/pack/{key}"):
+            changes[name] = Path(values[-1])
     for key, name in (
         ("beacon-port", "beacon_port"),
         ("beacon-interval", "beacon_interval_ms"),
@@ -276,6 +297,8 @@ def _pair(config: dict[str, list[str]], base: PairSettings) -> PairSettings:
     for key in ("role", "bind", "connect", "replication"):
         if values := config.get(f"malamute/pair/{key}"):
             changes[key] = values[-1]
+    if values := config.get("malamute/pair/key"):
+        changes["key"] = Path(values[-1])
     for key, name in (("heartbeat", "heartbeat_ms"), ("misses", "misses")):
         if values := config.get(f"malamute/pair/{key}"):
             changes[name] = _int(f"malamute/pair/{key}", values[-1])
@@ -429,3 +452,20 @@ def _check_pack(pack: PackSettings) -> None:
         raise SettingsError("the beacon interval must be at least 10 ms")
     if not 0 < pack.evasive_ms < pack.expired_ms:
         raise SettingsError("a pack peer must be evasive (ping) before it is expired")
+    for endpoint in pack.gossip_connect:
+        _, bar, key = endpoint.partition("|")
+        if pack.curve and not (bar and key):
+            raise SettingsError(
+                f"gossip server {endpoint!r}: a CURVE pack (--pack-keys) reaches its gossip"
+                " servers with CURVE: give ENDPOINT|PUBLIC_KEY (the server's key in Z85)"
+            )
+        if not pack.curve and bar:
+            raise SettingsError(
+                f"gossip server {endpoint!r} is given a CURVE key, and this pack is open:"
+                " give --pack-keys DIR (the brokers allowed in) to make it a CURVE pack"
+            )
+    if pack.secret is not None and not pack.curve:
+        raise SettingsError(
+            "a pack secret (--pack-secret, malamute/pack/secret) needs --pack-keys DIR"
+            " (the brokers allowed in the pack)"
+        )

@@ -3,16 +3,17 @@
 
 The service is a L{MultiService} of, in start order: the data directory's
 lock (L{malamute_pack.datadir}: one broker per data directory, journal or
-not), the ZAP handler (when an endpoint requires PLAIN or CURVE), the
+not), the ZAP handler (when an endpoint requires PLAIN or CURVE, or a
+CURVE pack or pair link admits only the listed brokers' keys), the
 journal (unless ``--no-journal``; it checks its identity against the data
 directory's marker, opens and hands the letters it recovered to the
-broker), the broker model (L{BrokerService}: its timers), when clients
-authenticate the owners of addresses (L{malamute_pack.journal.owners}) and
-the security files (L{malamute_pack.transport.security}: passwords, CURVE
-client keys and the access-control file, reloaded on SIGHUP), and one
-ROUTER socket per security mechanism the endpoints require, whose
-sessions feed the model,
-behind a read gate the journal's backlog closes
+broker), the broker model (L{BrokerService}: its timers), the security
+files (L{malamute_pack.transport.security}: when clients authenticate,
+passwords, CURVE client keys and the access-control file, the owners of
+addresses being kept by the journal and read back with the letters; the
+brokers' keys of a CURVE pack or pair link; all reloaded on SIGHUP), and
+one ROUTER socket per security mechanism the endpoints require, whose
+sessions feed the model, behind a read gate the journal's backlog closes
 (L{malamute_pack.transport.gate}), and, with ``--pack``, the pack
 (L{malamute_pack.pack.service}), and the multicast bridges
 (L{malamute_pack.multicast.service}). With ``--pair``, the pair
@@ -48,7 +49,6 @@ from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.datadir import DataDirService, pack_identity, prepare
 from malamute_pack.gcservice import GarbageCollectorService
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
-from malamute_pack.journal.owners import OwnerJournal, OwnerJournalService
 from malamute_pack.journal.service import JournalService
 from malamute_pack.multicast.config import BridgeConfigError
 from malamute_pack.multicast.service import BridgeService
@@ -59,11 +59,23 @@ from malamute_pack.pack.beacon import resolve_interface
 from malamute_pack.pack.service import PackService
 from malamute_pack.pair.service import PairService
 from malamute_pack.startup import OneLineOptions, make_or_exit, read_config
-from malamute_pack.transport.curve import CurveError, load_server_secret, server_secret
+from malamute_pack.transport.curve import (
+    CurveError,
+    KeyPair,
+    LinkCurve,
+    broker_key_pair,
+    load_client_keys,
+)
 from malamute_pack.transport.gate import Pausable, ReadGate
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.security import SecurityFileError, SecurityService
-from malamute_pack.transport.zap import PasswordFileError, ZapHandler
+from malamute_pack.transport.zap import (
+    PACK_DOMAIN,
+    PAIR_DOMAIN,
+    KeyAllowList,
+    PasswordFileError,
+    ZapHandler,
+)
 from malamute_pack.zpl import ZplError
 
 _log = Logger()
@@ -117,6 +129,19 @@ class Options(BridgeOptionsMixin, OneLineOptions):
             "TCP endpoint peer brokers reach this one at (default tcp://BEACON-ADDRESS:*).",
         ],
         ["broker-name", None, None, "This broker's name in the pack (default: the host name)."],
+        [
+            "pack-keys",
+            None,
+            None,
+            "The public certificates of the brokers allowed in the pack (a directory):"
+            " the pack is CURVE only and admits no other broker.",
+        ],
+        [
+            "pack-secret",
+            None,
+            None,
+            "The pack's own secret certificate (default: the broker's CURVE key).",
+        ],
         ["pair", None, None, "Run as the primary or the backup of a pair (docs/pair.md)."],
         ["pair-bind", None, None, "The pair link's endpoint here (tcp://ADDRESS:PORT)."],
         ["pair-connect", None, None, "The partner's pair link endpoint."],
@@ -127,6 +152,12 @@ class Options(BridgeOptionsMixin, OneLineOptions):
             "sync (default: acknowledged means on both brokers) or async.",
         ],
         ["pair-heartbeat", None, None, "Pair heartbeat interval in ms (default 500).", int],
+        [
+            "pair-key",
+            None,
+            None,
+            "The partner's public certificate: the pair link is CURVE and admits only it.",
+        ],
         [
             "http",
             None,
@@ -161,7 +192,10 @@ class Options(BridgeOptionsMixin, OneLineOptions):
         self["gossip-bind"].append(endpoint)
 
     def opt_gossip_connect(self, endpoint: str) -> None:
-        """Find the pack's brokers through the zgossip server at this endpoint (repeatable)."""
+        """
+        Find the pack's brokers through the zgossip server at this endpoint
+        (repeatable); ENDPOINT|PUBLIC_KEY in a CURVE pack.
+        """
         self["gossip-connect"].append(endpoint)
 
     def postOptions(self) -> None:
@@ -219,6 +253,8 @@ class Options(BridgeOptionsMixin, OneLineOptions):
         ):
             if self[option] is not None:
                 pair[name] = self[option]
+        if self["pair-key"] is not None:
+            pair["key"] = Path(self["pair-key"])
         if pair:
             result = dataclasses.replace(
                 result,
@@ -239,6 +275,9 @@ class Options(BridgeOptionsMixin, OneLineOptions):
         ):
             if self[option] is not None:
                 changes[name] = self[option]
+        for option, name in (("pack-keys", "keys"), ("pack-secret", "secret")):
+            if self[option] is not None:
+                changes[name] = Path(self[option])
         if self["gossip-bind"]:
             changes["gossip_bind"] = tuple(self["gossip-bind"])
         if self["gossip-connect"]:
@@ -281,10 +320,17 @@ def makeBrokerService(
     lock.setServiceParent(top)
     groups = settings.endpoints_by_mechanism()
     secured = set(groups) - {"null"}
+    keys = _BrokerKeys(settings)
+    try:
+        links = _link_curves(settings, keys)
+    except CurveError as e:
+        raise usage.UsageError(str(e)) from e
     zap: ZapHandler | None = None
-    if secured:
+    if secured or links:
         # Its passwords and keys come from the security service, below.
         zap = ZapHandler(reactor, context, {}, allow_null="null" in groups)
+        for domain, link in links.items():
+            zap.serve(domain, link.allowed)
         zap.setName("zap")
         zap.setServiceParent(top)
     prepare(settings.data_dir)
@@ -311,15 +357,19 @@ def makeBrokerService(
     pair: PairService | None = None
     if settings.pair.role is not None:
         assert journal is not None  # settings.check refuses a pair without one
-        pair = PairService(
-            reactor,
-            context,
-            settings.pair,
-            journal,
-            broker,
-            lambda found: _restore(broker, found),
-            data_dir=settings.data_dir,
-        )
+        try:
+            pair = PairService(
+                reactor,
+                context,
+                settings.pair,
+                journal,
+                broker,
+                lambda found: _restore(broker, found),
+                data_dir=settings.data_dir,
+                curve=links.get(PAIR_DOMAIN),
+            )
+        except ValueError as e:  # a --pair-key that lists several keys
+            raise usage.UsageError(str(e)) from e
         pair.setName("pair")
     if journal is not None:
         # Started first: letters are back in their queues before clients come
@@ -332,12 +382,14 @@ def makeBrokerService(
     model = BrokerService(broker)
     model.setName("broker")
     model.setServiceParent(top)
-    if secured:
-        _secure(broker, zap, settings, journal, reactor, top)
+    if zap is not None:
+        security = _secure(broker, zap, settings, journal, reactor, top, secured, links)
+        if pair is not None:
+            pair.use_security(security)  # the partner's clients' security follows this one's
     routers: list[RouterService] = []
     for mechanism, endpoints in groups.items():
         try:
-            secret = _curve_secret(settings) if mechanism == "curve" else None
+            secret = keys.pair().secret if mechanism == "curve" else None
         except CurveError as e:
             raise usage.UsageError(str(e)) from e
         router = RouterService(
@@ -363,7 +415,15 @@ def makeBrokerService(
             except ValueError as e:
                 raise usage.UsageError(f"--beacon: {e}") from e
         # Last to start, first to stop: peers hear GOODBYE while the broker runs.
-        pack = PackService(reactor, context, broker, journal, settings.pack, settings.data_dir)
+        pack = PackService(
+            reactor,
+            context,
+            broker,
+            journal,
+            settings.pack,
+            settings.data_dir,
+            links.get(PACK_DOMAIN),
+        )
         pack.setName("pack")
         if pair is None:
             pack.setServiceParent(top)
@@ -382,6 +442,7 @@ def makeBrokerService(
         readers.append(pair)
     # Started after everything it shows, stopped first.
     operations = _operations(reactor, broker, journal, settings, routers, top, pack, bridges, pair)
+    operations.statistics.zap = zap
     if journal is not None:
         # A journal that falls behind stops the broker reading from its
         # clients and peers (their sends wait in ZeroMQ and TCP) until it
@@ -466,32 +527,87 @@ def _bridges(
 
 def _secure(
     broker: Broker,
-    zap: ZapHandler | None,
+    zap: ZapHandler,
     settings: _settings.Settings,
     journal: Journal | None,
     reactor: IReactorFDSet,
     top: MultiService,
-) -> None:
+    clients: set[str],
+    links: dict[bytes, LinkCurve],
+) -> SecurityService:
     """
-    Access control for a broker whose clients authenticate: the owners of
-    addresses (kept in the journal, if there is one), and the security
-    files, loaded now and on SIGHUP.
+    The security files, loaded now and on SIGHUP: the clients' (when some
+    endpoints authenticate: with access control, and the owners of
+    addresses kept in the journal, if there is one) and the keys of the
+    brokers a CURVE pack or pair link admits.
     """
     clock: IReactorTime = reactor  # type: ignore[assignment]
-    access = AccessControl(clock)
-    broker.access = access
-    if journal is not None:
-        owners = OwnerJournal(journal.path, clock)
-        access.owners.store = owners
-        keeper = OwnerJournalService(owners, access.owners.load)
-        keeper.setName("owners")
-        keeper.setServiceParent(top)  # after the journal, which makes its table
+    access: AccessControl | None = None
+    if clients:
+        access = AccessControl(clock)
+        broker.access = access
+        if journal is not None:
+            # Claims go in the journal's writes (a pair's partner gets them);
+            # _restore reads them back when the journal opens.
+            access.owners.store = journal
     try:
-        security = SecurityService(reactor, settings, zap, access)  # type: ignore[arg-type]
+        security = SecurityService(
+            reactor,  # type: ignore[arg-type]
+            settings,
+            zap,
+            access,
+            [(path, links[domain].allowed) for domain, path in _link_key_files(settings).items()],
+        )
     except SecurityFileError as e:
         raise usage.UsageError(_security_file_message(e)) from e
     security.setName("security")
     security.setServiceParent(top)
+    return security
+
+
+class _BrokerKeys:
+    """The broker's own CURVE key pair, read (or made) once when first needed."""
+
+    def __init__(self, settings: _settings.Settings) -> None:
+        self._settings = settings
+        self._pair: KeyPair | None = None
+
+    def pair(self) -> KeyPair:
+        if self._pair is None:
+            self._pair = broker_key_pair(self._settings.curve_secret, self._settings.data_dir)
+        return self._pair
+
+
+def _link_key_files(settings: _settings.Settings) -> dict[bytes, Path]:
+    """The files of the keys each CURVE link between brokers admits, by ZAP domain."""
+    files: dict[bytes, Path] = {}
+    if settings.pack.name is not None and settings.pack.keys is not None:
+        files[PACK_DOMAIN] = settings.pack.keys
+    if settings.pair.role is not None and settings.pair.key is not None:
+        files[PAIR_DOMAIN] = settings.pair.key
+    return files
+
+
+def _link_curves(settings: _settings.Settings, keys: _BrokerKeys) -> dict[bytes, LinkCurve]:
+    """
+    The CURVE links between brokers (a pack given --pack-keys, a pair given
+    --pair-key), by ZAP domain: the key pair each uses (the pack's own with
+    --pack-secret, else the broker's) and the keys it admits.
+    """
+    links: dict[bytes, LinkCurve] = {}
+    for domain, path in _link_key_files(settings).items():
+        if domain == PACK_DOMAIN:
+            name, option = "pack peer", "--pack-keys"
+            secret = settings.pack.secret
+            pair = KeyPair.load(secret) if secret is not None else keys.pair()
+        else:
+            name, option = "pair partner", "--pair-key"
+            pair = keys.pair()
+        allowed = KeyAllowList(name, load_client_keys(path), f"{option} {path}")
+        if not allowed.keys:
+            raise CurveError(f"{option} {path}: no public certificate (*.key) there")
+        links[domain] = LinkCurve(pair, allowed)
+    return links
 
 
 def _security_file_message(error: Exception) -> str:
@@ -508,18 +624,17 @@ def _security_file_message(error: Exception) -> str:
     return f"{error} ({fix})"
 
 
-def _curve_secret(settings: _settings.Settings) -> bytes:
-    """The broker's CURVE secret key: the configured one, or its data directory's."""
-    if settings.curve_secret is not None:
-        return load_server_secret(settings.curve_secret)
-    secret, public = server_secret(settings.data_dir)
-    _log.info("CURVE: the broker's public certificate is {path}", path=str(public))
-    return secret
-
-
 def _restore(broker: Broker, found: Recovered) -> None:
     broker.restore(found.queued)
     broker.streams.appends.restore(found.appends)
+    if broker.access is not None:
+        broker.access.owners.load(found.owners)
+        count = len(found.owners)
+        _log.info(
+            "{count} {have} owners",
+            count=count,
+            have="address has" if count == 1 else "addresses have",
+        )
 
 
 def makeService(options: Options) -> IService:

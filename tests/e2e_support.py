@@ -9,7 +9,7 @@ Tests: used by ``tests/test_end_to_end.py``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import zmq
 from twisted.application.service import MultiService
@@ -148,3 +148,16 @@ async def settle(seconds: float = 0.05) -> None:
     d: Deferred[None] = Deferred()
     clock().callLater(seconds, d.callback, None)
     await d
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """
+    Let the reactor run until C{condition()} holds.
+
+    @raise AssertionError: it does not within C{timeout} seconds.
+    """
+    deadline = clock().seconds() + timeout
+    while not condition():
+        if clock().seconds() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await settle(0.02)

@@ -12,7 +12,9 @@ what it receives (stream messages, letters, requests, gaps, confirmations)
 is kept, in arrival order, until a ``collect`` takes it.
 
 Ops:
- - ``open`` (version, address): CONNECTION_OPEN, waits for OK.
+ - ``open`` (version, address): CONNECTION_OPEN, waits for OK;
+   ``try_open`` (version, address): the same, answering what came back
+   (``reply``: its name, ``status``: an ERROR's code).
  - ``write`` (stream), ``read`` (stream, pattern), ``read_from`` (stream,
    pattern, whence, position), ``offer`` (service, pattern): wait for OK.
  - ``send`` (prefix, count, start, width, interval): STREAM_SEND of subjects
@@ -37,6 +39,8 @@ Ops:
 
 Every wait is bounded; the agent exits when stdin closes (its test ended)
 and after ``LIFETIME`` seconds whatever happens, so it never outlives a run.
+With ``MALAMUTE_AGENT_PLAIN=user:password`` in its environment, it
+authenticates with PLAIN.
 
 Tests: ``tests/test_system_pack.py``.
 """
@@ -71,6 +75,11 @@ class Agent:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        plain = os.environ.get("MALAMUTE_AGENT_PLAIN")
+        if plain:
+            user, _, password = plain.partition(":")
+            self.socket.setsockopt(zmq.PLAIN_USERNAME, user.encode())
+            self.socket.setsockopt(zmq.PLAIN_PASSWORD, password.encode())
         self.socket.setsockopt(zmq.SNDHWM, 100_000)
         self.socket.setsockopt(zmq.RCVHWM, 100_000)
         self.socket.connect(endpoint)
@@ -227,6 +236,15 @@ class Agent:
         self.send(mlm.ConnectionOpen(version=version, address=address))
         self.expect_ok("CONNECTION_OPEN", timeout)
         return {}
+
+    def op_try_open(self, version: int = 1, address: str = "", timeout: float = 10.0) -> Event:
+        self.version = version
+        self.send(mlm.ConnectionOpen(version=version, address=address))
+        if not self.wait(lambda: bool(self.replies), timeout):
+            raise RuntimeError(f"no answer to CONNECTION_OPEN within {timeout}s")
+        reply = self.replies.popleft()
+        status = reply.status_code if isinstance(reply, mlm.Error) else None
+        return {"reply": type(reply).__name__, "status": status}
 
     def op_write(self, stream: str) -> Event:
         self.send(mlm.StreamWrite(stream))

@@ -62,14 +62,23 @@ class AgentProcess:
     there: L{call} sends a command and returns its answer.
     """
 
-    def __init__(self, host: Host, endpoint: str, errors: Path, name: str) -> None:
+    def __init__(
+        self,
+        host: Host,
+        endpoint: str,
+        errors: Path,
+        name: str,
+        plain: tuple[str, str] | None = None,
+    ) -> None:
+        """@param plain: the user and password it authenticates with (PLAIN), if any."""
         self.name = name
         self.errors = errors
+        credentials = {} if plain is None else {"MALAMUTE_AGENT_PLAIN": ":".join(plain)}
         with errors.open("wb") as err:
             self.process = subprocess.Popen(
                 python_command(host.name, "-m", "tests.pack_agent", endpoint),
                 cwd=PROJECT_ROOT,
-                env=checkout_environment(PYTHONUNBUFFERED="1"),
+                env=checkout_environment(PYTHONUNBUFFERED="1", **credentials),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -170,6 +179,9 @@ class PackCase(SynchronousTestCase):
         every broker with C{--peer-endpoint tcp://ITS-ADDRESS:*}.
     @cvar expired_ms: ZRE's expiry of a silent peer, if not the default
         (30 s); given in a config file with evasive at a third of it.
+    @cvar plain: the user and password the brokers' readiness probe
+        opens with, for brokers that require PLAIN (given a password file
+        in L{pack_args}).
     """
 
     skip = skip_slow
@@ -177,6 +189,7 @@ class PackCase(SynchronousTestCase):
     size: ClassVar[int] = 3
     gossip: ClassVar[bool] = False
     expired_ms: ClassVar[int | None] = None
+    plain: ClassVar[tuple[str, str] | None] = None
 
     def setUp(self) -> None:
         reason = netns_available()
@@ -197,6 +210,7 @@ class PackCase(SynchronousTestCase):
                 data_dir=directory / "data",
                 netns=host.name,
                 args=self.pack_args(index),
+                plain=self.plain,
             )
             self.brokers.append(broker)
             self.addCleanup(broker.stop, timeout=20.0)
@@ -240,13 +254,17 @@ class PackCase(SynchronousTestCase):
         """Broker C{hINDEX} (from 1)."""
         return self.brokers[index - 1]
 
-    def agent(self, index: int, name: str) -> AgentProcess:
-        """A client agent on host C{hINDEX}, connected to its broker; killed after the test."""
+    def agent(self, index: int, name: str, plain: tuple[str, str] | None = None) -> AgentProcess:
+        """
+        A client agent on host C{hINDEX}, connected to its broker (as the
+        PLAIN user C{plain}, if given); killed after the test.
+        """
         agent = AgentProcess(
             self.lan.hosts[index - 1],
             self.broker(index).endpoint,
             self.base / f"agent-{name}.stderr",
             name,
+            plain,
         )
         self.addCleanup(agent.kill)
         return agent

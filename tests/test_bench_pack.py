@@ -1,15 +1,18 @@
 """
 Tests for L{malamute_pack.bench.pack}: its pure parts (log lines, who
-joined whom, figures, tables, arguments, counters) without namespaces; its
-load roles run as subprocesses against a real broker; and, as slow system
-tests run as root, the command end to end on namespaces C{mpg9*}
-(10.77.49.0/24) with tiny counts.
+joined whom, figures, tables, comparisons open against CURVE, arguments,
+keys, counters) without namespaces; its load roles run as subprocesses
+against a real broker; and, as slow system tests run as root, the command
+end to end on namespaces C{mpg9*} (10.77.49.0/24) with tiny counts, open
+and with C{--security open --security curve}.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import stat
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -21,6 +24,7 @@ from malamute_pack.bench import __main__ as bench_main
 from malamute_pack.bench import load, pack, scenarios
 from malamute_pack.bench.brokerprocess import BrokerProcess, checkout_environment
 from malamute_pack.bench.netns import Host, Lan, netns_available
+from malamute_pack.transport.curve import KeyPair, load_client_keys
 from tests.support import skip_slow
 
 # This helper's share of the project's names and addresses, for the tests.
@@ -186,6 +190,7 @@ class FiguresTests(SynchronousTestCase):
         self.assertEqual(
             stream,
             {
+                "security": pack.OPEN,
                 "measure": "stream_1to1 msgs/s",
                 pack.CROSS_HOST: 200.0,
                 pack.SINGLE_HOST: 500.0,
@@ -204,6 +209,161 @@ class FiguresTests(SynchronousTestCase):
         self.assertEqual(
             lines[3].split()[:5], ["service_rr", "avg_rtt_us", "1000.0", "200.0", "5.00"]
         )
+
+    def test_pairComparisons(self) -> None:
+        """
+        Played in an open and a CURVE pack, the two-broker summary is per
+        security, and each measure and placement is compared: the medians
+        of each pack's rounds and their ratio CURVE/open (the ratio of the
+        medians, not a median of the rounds' ratios).
+        """
+        result = pack.PairResult()
+        for security, rates in ((pack.OPEN, (100, 300, 200)), (pack.CURVE, (90, 150, 500))):
+            for number, rate in enumerate(rates, 1):
+                for placement in (pack.CROSS_HOST, pack.SINGLE_HOST):
+                    result.rounds.append(
+                        {"round": str(number), "security": security, "placement": placement}
+                        | {"scenario": pack.STREAM, "msgs_per_s": str(rate), "lost": "0"}
+                    )
+        self.assertEqual(result.securities, [pack.OPEN, pack.CURVE])
+        self.assertEqual(result.summary(pack.CURVE)[0][pack.CROSS_HOST], 150.0)
+        self.assertEqual(result.summary(pack.OPEN)[0][pack.CROSS_HOST], 200.0)
+        comparisons = result.comparisons()
+        self.assertEqual(
+            [(c.measure, c.case) for c in comparisons[:2]],
+            [("stream_1to1 msgs/s", pack.CROSS_HOST), ("stream_1to1 msgs/s", pack.SINGLE_HOST)],
+        )
+        stream = comparisons[0]
+        self.assertEqual((list(stream.open), list(stream.curve)), ([100, 300, 200], [90, 150, 500]))
+        self.assertEqual(stream.ratio, 0.75)
+        self.assertEqual(
+            stream.row(), ["stream_1to1 msgs/s", "cross_host", "200", "150", "0.75", "3/3"]
+        )
+        self.assertEqual(
+            stream.as_json(),
+            {
+                "measure": "stream_1to1 msgs/s",
+                "case": "cross_host",
+                "open": 200.0,
+                "curve": 150.0,
+                "ratio": 0.75,
+                "open_values": [100.0, 300.0, 200.0],
+                "curve_values": [90.0, 150.0, 500.0],
+            },
+        )
+        # service_rr was not played: its comparisons have no figures.
+        self.assertEqual(comparisons[2].row()[2:], ["-", "-", "-", "0/0"])
+
+    def test_comparisonTable(self) -> None:
+        """The comparison table: measure, case, medians open and CURVE, ratio, samples."""
+        lines = pack.comparison_lines(
+            [pack.Comparison("discovery_s", "beacon n=16", [0.5, 0.25], [0.5, 1.0, 0.75], 3)]
+        )
+        self.assertEqual(lines[0].split(), pack.COMPARISON_HEADERS)
+        self.assertEqual(
+            lines[0].split(), ["measure", "case", "open", "curve", "curve/open", "samples"]
+        )
+        self.assertEqual(
+            lines[1].split(), ["discovery_s", "beacon", "n=16", "0.375", "0.750", "2.00", "2/3"]
+        )
+
+    def test_discoveryComparisons(self) -> None:
+        """
+        Discovery is compared per mode and size, in the order first run:
+        discovery_s and formed_s over the runs that completed in each pack,
+        then the traffic figures of the median broker where both packs
+        have them.
+        """
+        runs = [
+            discovery_result(pack.BEACON, pack.OPEN, 1, 16, 0.2, 0.5),
+            discovery_result(pack.BEACON, pack.CURVE, 1, 16, 0.3, 0.8),
+            discovery_result(pack.BEACON, pack.CURVE, 2, 16, None, None),
+            discovery_result(pack.BEACON, pack.OPEN, 2, 16, 0.4, 0.7),
+            discovery_result(pack.GOSSIP, pack.OPEN, 1, 16, 0.1, 0.2),
+        ]
+        for run, idle_rate, sent in ((runs[0], 100.0, 1000.0), (runs[1], 150.0, 3000.0)):
+            run.traffic = pack.TrafficResult(pack.BEACON, 16, 10, 5.0, run.security)
+            run.traffic.rows = [pack.TrafficRow("h1", idle_rate, sent, 10.0, 2 * sent, 20.0)]
+        comparisons = pack.discovery_comparisons(runs)
+        self.assertEqual(
+            [(c.measure, c.case) for c in comparisons],
+            [
+                ("discovery_s", "beacon n=16"),
+                ("formed_s", "beacon n=16"),
+                ("idle B/s", "beacon n=16"),
+                ("directory B/entry", "beacon n=16"),
+                ("interest B/entry", "beacon n=16"),
+                ("discovery_s", "gossip n=16"),
+                ("formed_s", "gossip n=16"),
+            ],
+        )
+        discovery, formed, idle, directory, interest, gossip, _ = comparisons
+        self.assertEqual((list(discovery.open), list(discovery.curve)), ([0.2, 0.4], [0.3]))
+        self.assertAlmostEqual(discovery.ratio or 0, 1.0)
+        self.assertAlmostEqual(formed.ratio or 0, 0.8 / 0.6)
+        self.assertEqual((idle.ratio, directory.ratio, interest.ratio), (1.5, 3.0, 3.0))
+        self.assertEqual((list(directory.open), list(directory.curve)), ([100.0], [300.0]))
+        self.assertEqual(gossip.row()[2:], ["0.100", "-", "-", "1/0"])
+
+    def test_report(self) -> None:
+        """
+        The report prints a two-broker table per pack and, only when both
+        an open and a CURVE pack were measured, the comparison table last;
+        its JSON document has the security of every summary row, round and
+        discovery run, and the comparisons (none with one pack).
+        """
+        options = argparse.Namespace(rounds=1)
+        result = pack.PairResult()
+        for security, rate in ((pack.OPEN, 200), (pack.CURVE, 170)):
+            for placement in (pack.CROSS_HOST, pack.SINGLE_HOST):
+                result.rounds.append(
+                    {"round": "1", "security": security, "placement": placement}
+                    | {"scenario": pack.STREAM, "msgs_per_s": str(rate), "lost": "0"}
+                )
+        report = pack.PackReport(pair=result)
+        lines = report.lines(options)
+        headers = [line for line in lines if line.startswith("#")]
+        self.assertEqual(len(headers), 3, lines)
+        self.assertTrue(headers[0].startswith("# two brokers in a pack (open, beacons)"))
+        self.assertTrue(headers[1].startswith("# two brokers in a pack (curve, beacons)"))
+        self.assertTrue(headers[2].startswith("# curve against open"))
+        self.assertEqual(
+            lines[-6].split()[:6], ["stream_1to1", "msgs/s", "cross_host", "200", "170", "0.85"]
+        )
+        document = report.as_json()
+        self.assertEqual(
+            [row["security"] for row in document["pair"]["summary"]],
+            [pack.OPEN] * 3 + [pack.CURVE] * 3,
+        )
+        self.assertEqual(document["comparison"][0]["ratio"], 0.85)
+        self.assertEqual(document["discovery"], [])
+
+        alone = pack.PackReport(pair=pack.PairResult(rounds=result.rounds[:2]))
+        self.assertEqual(alone.comparisons(), [])
+        self.assertEqual(alone.as_json()["comparison"], [])
+        self.assertEqual(len(alone.lines(options)), 5)
+
+    def test_discoveryMedians(self) -> None:
+        """
+        With several runs of a case, the report adds their medians (over
+        the complete runs) and how many completed; the rows have the
+        security and the round.
+        """
+        report = pack.PackReport(
+            discovery=[
+                discovery_result(pack.BEACON, pack.OPEN, 1, 4, 0.2, 0.5),
+                discovery_result(pack.BEACON, pack.OPEN, 2, 4, None, None),
+                discovery_result(pack.BEACON, pack.OPEN, 3, 4, 0.4, 0.7),
+            ]
+        )
+        self.assertEqual(
+            report.discovery_medians(),
+            [["beacon", "open", "4", "3", "2", "1.00", "0.300", "0.60"]],
+        )
+        lines = report.lines(argparse.Namespace(rounds=1))
+        self.assertEqual(lines[2].split()[:4], ["beacon", "open", "1", "4"])
+        self.assertEqual(lines[6].split(), pack.DISCOVERY_MEDIAN_HEADERS)
+        self.assertEqual(len(lines), 8)
 
     def test_traffic(self) -> None:
         """
@@ -243,6 +403,83 @@ class FiguresTests(SynchronousTestCase):
 PAIR_COLUMNS = ["cross_host", "single_host", "ratio", "lost_cross", "lost_single"]
 
 
+def discovery_result(
+    mode: str,
+    security: str,
+    number: int,
+    n: int,
+    discovery: float | None,
+    formed: float | None,
+) -> pack.DiscoveryResult:
+    """A discovery run's result: complete unless its times are None."""
+    missing = {} if discovery is not None else {"h1": ["h2"]}
+    return pack.DiscoveryResult(
+        mode, security, number, n, 1.0, discovery, formed, {}, missing, [], 100.0
+    )
+
+
+class NotableLinesTests(SynchronousTestCase):
+    def test_merged(self) -> None:
+        """
+        The brokers' warnings and errors, time stamps taken off, in the order
+        first logged: a line several brokers logged is given once, with
+        how many others logged it.
+        """
+        base = Path(self.mktemp())
+        logs = {
+            "h1": [
+                "2026-11-23T12:09:47+0000 [x#warn] open",
+                "2026-11-23T12:09:48+0000 [x#info] ok",
+            ],
+            "h2": [
+                "2026-11-23T12:09:49+0000 [x#warn] open",
+                "2026-11-23T12:09:49+0000 [y#error] boom",
+            ],
+            "h3": ["2026-11-23T12:09:50+0000 [x#warn] open"],
+        }
+        brokers = {}
+        for name, lines in logs.items():
+            broker = BrokerProcess(base / name)
+            broker.directory.mkdir(parents=True)
+            broker.log.write_text("".join(f"{line}\n" for line in lines))
+            brokers[name] = broker
+        self.assertEqual(
+            pack.notable_lines(brokers),
+            ["h1 and 2 others: [x#warn] open", "h2: [y#error] boom"],
+        )
+        del brokers["h3"]
+        self.assertEqual(pack.notable_lines(brokers)[0], "h1 and 1 other: [x#warn] open")
+
+
+class PackKeysTests(SynchronousTestCase):
+    def test_make(self) -> None:
+        """
+        A key pair per host, the secret certificates readable by their owner
+        only, and a pack-keys directory holding exactly the public
+        certificates, which the broker reads as the brokers allowed in.
+        """
+        keys = pack.PackKeys.make(Path(self.mktemp()), ["h1", "h2"])
+        self.assertEqual(sorted(p.name for p in keys.directory.iterdir()), ["h1.key", "h2.key"])
+        self.assertEqual(sorted(keys.secrets), ["h1", "h2"])
+        for name, secret in keys.secrets.items():
+            self.assertEqual(stat.S_IMODE(secret.stat().st_mode), 0o600)
+            self.assertEqual(KeyPair.load(secret).public.decode(), keys.public[name])
+            self.assertEqual(len(keys.public[name]), 40)
+        allowed = load_client_keys(keys.directory)
+        self.assertEqual(
+            {user: key.decode() for key, user in allowed.items()},
+            {"h1": keys.public["h1"], "h2": keys.public["h2"]},
+        )
+        self.assertNotEqual(keys.public["h1"], keys.public["h2"])
+
+
+KEYS = pack.PackKeys(
+    Path("/k/pack-keys"),
+    {name: Path(f"/k/certificates/{name}.key_secret") for name in ("mpg9dh1", "mpg9dh2")},
+    {"mpg9dh1": "A" * 40, "mpg9dh2": "B" * 40},
+)
+
+
 class ArgumentsTests(SynchronousTestCase):
     def test_beacon(self) -> None:
         """With beacons every broker beacons on its host's eth0 under its host's name."""
@@ -267,6 +504,65 @@ class ArgumentsTests(SynchronousTestCase):
             ["--gossip-connect", "tcp://10.77.49.1:5680", "--peer-endpoint", "tcp://10.77.49.2:*"],
         )
 
+    def test_curveBeacon(self) -> None:
+        """
+        In a CURVE pack with beacons each broker is also given the pack-keys
+        directory and its host's secret certificate, and the beacon port
+        when one is asked.
+        """
+        first, other = Host("mpg9dh1", "10.77.49.1"), Host("mpg9dh2", "10.77.49.2")
+        secret = "/k/certificates/mpg9dh2.key_secret"
+        self.assertEqual(
+            pack.pack_arguments(pack.BEACON, "p", other, first, KEYS, 5671),
+            [
+                *("--pack", "p", "--broker-name", "mpg9dh2", "--beacon", "eth0"),
+                *("--beacon-port", "5671", "--pack-keys", "/k/pack-keys", "--pack-secret", secret),
+            ],
+        )
+
+    def test_curveGossip(self) -> None:
+        """
+        In a CURVE pack with gossip the server binds as in an open one, and
+        each client reaches it at ENDPOINT|KEY, the server's public key;
+        every one has --pack-keys and its own --pack-secret.
+        """
+        first, other = Host("mpg9dh1", "10.77.49.1"), Host("mpg9dh2", "10.77.49.2")
+        self.assertEqual(
+            pack.pack_arguments(pack.GOSSIP, "p", first, first, KEYS)[4:],
+            [
+                *(
+                    "--gossip-bind",
+                    "tcp://10.77.49.1:5680",
+                    "--peer-endpoint",
+                    "tcp://10.77.49.1:*",
+                ),
+                *("--pack-keys", "/k/pack-keys"),
+                *("--pack-secret", "/k/certificates/mpg9dh1.key_secret"),
+            ],
+        )
+        self.assertEqual(
+            pack.pack_arguments(pack.GOSSIP, "p", other, first, KEYS)[4:],
+            [
+                *("--gossip-connect", f"tcp://10.77.49.1:5680|{'A' * 40}"),
+                *("--peer-endpoint", "tcp://10.77.49.2:*", "--pack-keys", "/k/pack-keys"),
+                *("--pack-secret", "/k/certificates/mpg9dh2.key_secret"),
+            ],
+        )
+
+    def test_pairEndpoints(self) -> None:
+        """The two packs side by side: each broker its own client endpoint and beacon port."""
+        self.assertEqual(
+            {pack.client_endpoint(s) for s in pack.SECURITIES},
+            {f"{pack.CLIENT_ENDPOINT}-open", f"{pack.CLIENT_ENDPOINT}-curve"},
+        )
+        self.assertEqual(pack.BEACON_PORTS, {pack.OPEN: None, pack.CURVE: 5671})
+
+    def test_securities(self) -> None:
+        """C{--security} is repeatable, in the order given, each once."""
+        options = pack.parse(["--security", "curve", "--security", "open", "--security", "curve"])
+        self.assertEqual(options.security, [pack.CURVE, pack.OPEN])
+        self.assertEqual(pack.parse(["--discovery-rounds", "3"]).discovery_rounds, 3)
+
     def test_settled(self) -> None:
         """The senders of a scenario wait before their first message; the other roles do not."""
         stream = pack.settled(scenarios.SCENARIOS[pack.STREAM])
@@ -278,13 +574,14 @@ class ArgumentsTests(SynchronousTestCase):
         self.assertEqual(stream.name, pack.STREAM)
 
     def test_defaults(self) -> None:
-        """By default: both parts, 3 rounds, discovery at 4, 8 and 16 both ways."""
+        """By default: both parts, 3 rounds, discovery once at 4, 8 and 16 both ways, open."""
         options = pack.parse([])
         self.assertIsNone(options.only)
         self.assertEqual(options.rounds, 3)
         self.assertEqual(options.brokers, [4, 8, 16])
         self.assertEqual(options.discovery, [pack.BEACON, pack.GOSSIP])
         self.assertEqual((options.prefix, options.subnet), ("mpg1", "10.77.41"))
+        self.assertEqual((options.security, options.discovery_rounds), ([pack.OPEN], 1))
 
     def test_refused(self) -> None:
         """Bad sizes, counts, prefixes and subnets are refused."""
@@ -293,6 +590,8 @@ class ArgumentsTests(SynchronousTestCase):
             ["--brokers", "4,x"],
             ["--brokers", ""],
             ["--rounds", "0"],
+            ["--discovery-rounds", "0"],
+            ["--security", "plain"],
             ["--messages", "0"],
             ["--round-trips", "0"],
             ["--entries", "-1"],
@@ -380,61 +679,184 @@ class PackCommandTests(SynchronousTestCase):
 
     def test_tinyRun(self) -> None:
         """
-        With tiny counts the command prints the two-broker table (three
-        measures, all figures positive, nothing lost), the discovery table
-        (beacons and gossip, 3 brokers, each complete) and a traffic table
-        per discovery (a row per host and a median, directory and interest
-        bytes positive); it exits 0, its brokers shut down cleanly, and its
-        namespaces are gone.
+        With tiny counts the command prints the two-broker table of an open
+        pack (three measures, all figures positive, nothing lost), the
+        discovery table (beacons and gossip, open, 3 brokers, each
+        complete) and a traffic table per discovery (a row per host and a
+        median, directory and interest bytes positive), and no comparison;
+        it exits 0, its brokers shut down cleanly, and its namespaces are
+        gone.
         """
         result = _bench_pack(
             *TINY, "--rounds", "1", "--messages", "2000", "--round-trips", "100", "--brokers", "3"
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
-        self.assertTrue(lines[0].startswith("# two brokers in a pack"), result.stdout)
-        self.assertEqual(lines[1].split(), ["measure", *PAIR_COLUMNS])
-        measures = [" ".join(line.split()[:2]) for line in lines[2:5]]
-        self.assertEqual(
-            measures, ["stream_1to1 msgs/s", "service_rr trips/s", "service_rr avg_rtt_us"]
+        self.assertTrue(
+            lines[0].startswith("# two brokers in a pack (open, beacons)"), result.stdout
         )
-        for line in lines[2:5]:
-            cells = line.split()
-            self.assertGreater(float(cells[2]), 0, line)
-            self.assertGreater(float(cells[3]), 0, line)
-            self.assertEqual(cells[5:], ["0", "0"], line)
+        self.check_pair(lines[1:5])
         self.assertTrue(lines[5].startswith("# discovery"), result.stdout)
         self.assertEqual(lines[6].split(), pack.DISCOVERY_HEADERS)
         for line, mode in zip(lines[7:9], ("beacon", "gossip"), strict=True):
             cells = line.split()
-            self.assertEqual((cells[0], cells[1], cells[-1]), (mode, "3", "yes"), line)
-            self.assertGreaterEqual(float(cells[3]), 0, line)
+            self.assertEqual(cells[:4] + cells[-1:], [mode, "open", "1", "3", "yes"], line)
+            self.assertGreaterEqual(float(cells[5]), 0, line)
         for start, mode in ((9, "beacon"), (15, "gossip")):
-            self.assertTrue(lines[start].startswith(f"# traffic, {mode} pack of 3"), result.stdout)
-            rows = [line.split() for line in lines[start + 2 : start + 6]]
-            self.assertEqual(
-                [row[0] for row in rows], [f"{PREFIX}dh1", f"{PREFIX}dh2", f"{PREFIX}dh3", "median"]
+            self.assertTrue(
+                lines[start].startswith(f"# traffic, {mode} open pack of 3"), result.stdout
             )
-            self.assertGreater(float(rows[-1][2]), 0, result.stdout)
-            self.assertGreater(float(rows[-1][6]), 0, result.stdout)
+            self.check_traffic(lines[start + 1 : start + 6], 3)
         self.assertEqual(len(lines), 21, result.stdout)
+
+    def check_pair(self, lines: list[str]) -> None:
+        """A two-broker table: three measures, all figures positive, nothing lost."""
+        self.assertEqual(lines[0].split(), ["measure", *PAIR_COLUMNS])
+        measures = [" ".join(line.split()[:2]) for line in lines[1:4]]
+        self.assertEqual(
+            measures, ["stream_1to1 msgs/s", "service_rr trips/s", "service_rr avg_rtt_us"]
+        )
+        for line in lines[1:4]:
+            cells = line.split()
+            self.assertGreater(float(cells[2]), 0, line)
+            self.assertGreater(float(cells[3]), 0, line)
+            self.assertEqual(cells[5:], ["0", "0"], line)
+
+    def check_traffic(self, lines: list[str], n: int) -> None:
+        """A traffic table: a row per host and a median, directory and interest bytes positive."""
+        rows = [line.split() for line in lines[1:]]
+        hosts = [f"{PREFIX}dh{i}" for i in range(1, n + 1)]
+        self.assertEqual([row[0] for row in rows], [*hosts, "median"])
+        self.assertGreater(float(rows[-1][2]), 0, lines)
+        self.assertGreater(float(rows[-1][6]), 0, lines)
+
+    def test_tinyCurveRun(self) -> None:
+        """
+        With C{--security open --security curve} and tiny counts: a
+        two-broker table for each pack (figures positive, nothing lost),
+        discovery in each pack with beacons and with gossip (complete,
+        the order of the packs as given in this single round), traffic
+        tables in each, then the comparison table: per measure and case,
+        the medians open and CURVE and their ratio, which is the ratio of
+        the medians shown. No broker logged anything notable but the open
+        packs' warning that they are open.
+        """
+        result = _bench_pack(
+            *("--prefix", PREFIX, "--subnet", SUBNET, "--traffic-secs", "1", "--entries", "2"),
+            *("--security", "open", "--security", "curve", "--rounds", "1"),
+            *("--messages", "500", "--round-trips", "20", "--brokers", "2"),
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertTrue(
+            lines[0].startswith("# two brokers in a pack (open, beacons)"), result.stdout
+        )
+        self.check_pair(lines[1:5])
+        self.assertTrue(
+            lines[5].startswith("# two brokers in a pack (curve, beacons)"), result.stdout
+        )
+        self.check_pair(lines[6:10])
+        self.assertTrue(lines[10].startswith("# discovery"), result.stdout)
+        runs = [line.split() for line in lines[12:16]]
+        self.assertEqual(
+            [row[:4] + row[-1:] for row in runs],
+            [
+                [mode, security, "1", "2", "yes"]
+                for mode in ("beacon", "gossip")
+                for security in ("open", "curve")
+            ],
+            result.stdout,
+        )
+        for start in (16, 21, 26, 31):
+            self.assertTrue(lines[start].startswith("# traffic, "), result.stdout)
+            self.check_traffic(lines[start + 1 : start + 5], 2)
+        self.assertEqual(
+            [lines[start].split()[2:4] for start in (16, 21, 26, 31)],
+            [["beacon", "open"], ["beacon", "curve"], ["gossip", "open"], ["gossip", "curve"]],
+        )
+        self.assertTrue(lines[36].startswith("# curve against open"), result.stdout)
+        self.assertEqual(lines[37].split(), pack.COMPARISON_HEADERS)
+        comparisons = lines[38:]
+        cases = [" ".join(line.split()[:-4]) for line in comparisons]
+        pair = [
+            f"{measure} {placement}"
+            for measure in ("stream_1to1 msgs/s", "service_rr trips/s", "service_rr avg_rtt_us")
+            for placement in ("cross_host", "single_host")
+        ]
+        discovery = [
+            f"{measure} {mode} n=2"
+            for mode in ("beacon", "gossip")
+            for measure in (
+                "discovery_s",
+                "formed_s",
+                "idle B/s",
+                "directory B/entry",
+                "interest B/entry",
+            )
+        ]
+        self.assertEqual(cases, pair + discovery, result.stdout)
+        for number, line in enumerate(comparisons):
+            opened, curved, ratio, samples = line.split()[-4:]
+            self.assertEqual(samples, "1/1", line)
+            if number < len(pair):
+                # Figures large enough that their rounding does not show in the ratio.
+                self.assertLessEqual(abs(float(ratio) - float(curved) / float(opened)), 0.01)
+        notable = [line for line in result.stderr.splitlines() if line.startswith("log: ")]
+        self.assertEqual(len(notable), 3, result.stderr)
+        for line in notable:
+            self.assertIn("#warn] pack bench-", line)
+            self.assertIn("-open is open: any broker", line)
 
     def test_json(self) -> None:
         """
-        With C{--json} and C{--only discovery} it prints one JSON document:
-        no pair, one discovery of 2 brokers with beacons, complete, with its
-        traffic per host.
+        With C{--json}, C{--only discovery}, both securities and two
+        discovery rounds it prints one JSON document: no pair, four
+        discoveries of 2 brokers with beacons, complete, the packs' order
+        alternating round by round; traffic per host in the first round
+        only; and the comparisons of discovery_s and formed_s from both
+        rounds, and of the traffic figures from the first.
         """
         result = _bench_pack(
-            *TINY, "--only", "discovery", "--discovery", "beacon", "--brokers", "2", "--json"
+            *TINY,
+            *("--only", "discovery", "--discovery", "beacon", "--brokers", "2", "--json"),
+            *("--security", "open", "--security", "curve", "--discovery-rounds", "2"),
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         document = json.loads(result.stdout)
         self.assertNotIn("pair", document)
-        (discovery,) = document["discovery"]
-        self.assertEqual((discovery["mode"], discovery["brokers"]), ("beacon", 2))
-        self.assertEqual(discovery["missing"], {})
-        self.assertGreaterEqual(discovery["discovery_secs"], 0)
+        runs = document["discovery"]
         self.assertEqual(
-            [row["host"] for row in discovery["traffic"]["rows"]], ["mpg9dh1", "mpg9dh2"]
+            [(r["mode"], r["brokers"], r["security"], r["round"]) for r in runs],
+            [
+                ("beacon", 2, "open", 1),
+                ("beacon", 2, "curve", 1),
+                ("beacon", 2, "curve", 2),
+                ("beacon", 2, "open", 2),
+            ],
         )
+        for run in runs:
+            self.assertEqual(run["missing"], {})
+            self.assertGreaterEqual(run["discovery_secs"], 0)
+        for run in runs[:2]:
+            self.assertEqual(
+                [row["host"] for row in run["traffic"]["rows"]], ["mpg9dh1", "mpg9dh2"]
+            )
+            self.assertEqual(run["traffic"]["security"], run["security"])
+        self.assertEqual([run["traffic"] for run in runs[2:]], [None, None])
+        comparisons = {c["measure"]: c for c in document["comparison"]}
+        self.assertEqual(
+            list(comparisons),
+            ["discovery_s", "formed_s", "idle B/s", "directory B/entry", "interest B/entry"],
+        )
+        discovery = comparisons["discovery_s"]
+        self.assertEqual(discovery["case"], "beacon n=2")
+        self.assertEqual(
+            discovery["open_values"], [runs[0]["discovery_secs"], runs[3]["discovery_secs"]]
+        )
+        self.assertEqual(
+            discovery["curve_values"], [runs[1]["discovery_secs"], runs[2]["discovery_secs"]]
+        )
+        self.assertEqual(discovery["open"], sum(discovery["open_values"]) / 2)
+        if discovery["open"] > 0:
+            self.assertAlmostEqual(discovery["ratio"], discovery["curve"] / discovery["open"])
+        self.assertEqual(len(comparisons["idle B/s"]["open_values"]), 1)

@@ -18,6 +18,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from malamute_pack.bench.brokerprocess import PROJECT_ROOT, BrokerError
 from malamute_pack.bench.pair import (
     ASYNC,
+    CURVE,
+    CURVE_MODES,
     MEASURES,
     MODES,
     SINGLE,
@@ -33,6 +35,7 @@ from malamute_pack.bench.pair import (
     parse,
 )
 from malamute_pack.bench.pair.command import DEFAULT_KILLS, DEFAULT_ROUNDS
+from malamute_pack.transport.curve import load_client_keys
 from tests.support import skip_slow
 
 RUN_KEYS = ["round", "mode", "scenario"]
@@ -45,6 +48,7 @@ THROUGHPUT_KEYS = [
     "async_ratio",
     "lost",
 ]
+CURVE_KEYS = ["measure", "open_per_s", "curve_per_s", "curve_ratio", "lost"]
 KILL_KEYS = ["kill", "killed", "failover_s", "kill_to_ack_s", "rejoin_s"]
 SUMMARY_KEYS = [
     "kills",
@@ -96,6 +100,8 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(options.measure, list(MEASURES))
         self.assertEqual(options.replication, SYNC)
         self.assertEqual((options.rounds, options.kills), (DEFAULT_ROUNDS, DEFAULT_KILLS))
+        self.assertFalse(options.curve)
+        self.assertTrue(parse(["--curve"]).curve)
 
     def test_countsAtLeastOne(self) -> None:
         """Rounds, counts, the window and kills below 1 are refused."""
@@ -158,6 +164,22 @@ class SetupTests(SynchronousTestCase):
         self.assertEqual(value(primary, "--pair-connect"), value(backup, "--pair-bind"))
         self.assertEqual(value(backup, "--pair-connect"), value(primary, "--pair-bind"))
         self.assertEqual(setup.active, "primary")
+
+    def test_curvePairKeyed(self) -> None:
+        """
+        A CURVE setup is a sync pair whose brokers each have a key pair in
+        their data directory (the secret readable by its owner only) and
+        are given the partner's public certificate with --pair-key.
+        """
+        setup = SetupBrokers(Path(self.mktemp()), CURVE)
+        for role, partner in (("primary", "backup"), ("backup", "primary")):
+            command = setup.brokers[role].command()
+            self.assertEqual(command[command.index("--pair-replication") + 1], SYNC)
+            key = Path(command[command.index("--pair-key") + 1])
+            self.assertEqual(key, setup.brokers[partner].data_dir / "curve" / "server.key")
+            self.assertEqual(len(load_client_keys(key)), 1)
+            secret = setup.brokers[role].data_dir / "curve" / "server.key_secret"
+            self.assertEqual(secret.stat().st_mode & 0o077, 0)
 
     def test_unknownMode(self) -> None:
         """A setup that is none of single, sync and async is refused."""
@@ -222,6 +244,35 @@ class ThroughputFiguresTests(SynchronousTestCase):
             measures.append(values["measure"])
             self.assertEqual((values["sync_ratio"], values["async_ratio"]), ("0.80", "0.90"))
         self.assertEqual(measures, ["stream_1to1", "stream_append"])
+
+    def test_curveRatio(self) -> None:
+        """
+        A CURVE comparison's summary: per measure, the open link's sync
+        pair's median, the CURVE link's, and the ratio of the two.
+        """
+        result = ThroughputResult.curve()
+        result.runs += [
+            _run(1, SYNC, "stream_1to1", 1000),
+            _run(1, CURVE, "stream_1to1", 800),
+            _run(2, CURVE, "stream_1to1", 950),
+            _run(2, SYNC, "stream_1to1", 1100, lost=1),
+            _run(3, SYNC, "stream_1to1", 1050),
+            _run(3, CURVE, "stream_1to1", 1000),
+        ]
+        self.assertEqual(
+            result.summary(),
+            [
+                {
+                    "measure": "stream_1to1",
+                    "open_per_s": "1050",
+                    "curve_per_s": "950",
+                    "curve_ratio": "0.90",
+                    "lost": "1",
+                }
+            ],
+        )
+        kind, fields = _fields(result.lines()[0])
+        self.assertEqual((kind, [k for k, _ in fields]), ("pair_curve", CURVE_KEYS))
 
 
 class FailoverFiguresTests(SynchronousTestCase):
@@ -333,6 +384,58 @@ class CommandTests(SynchronousTestCase):
                 ratio = float(values[f"{mode}_per_s"]) / float(values["single_per_s"])
                 self.assertEqual(values[f"{mode}_ratio"], f"{ratio:.2f}", fields)
         self.assertEqual(len(lines), len(runs) + len(summaries), result.stdout)
+
+    def test_curveLines(self) -> None:
+        """
+        --curve with two rounds of tiny counts: the sync pair with an open
+        link and the one with a CURVE link (whose brokers log that their
+        link is CURVE), the open one first in round 1 and the CURVE one in
+        round 2, nothing lost; then a pair_curve line per measure whose
+        ratio is the medians'; exit 0.
+        """
+        directory = Path(self.mktemp()).resolve()
+        result = _bench(
+            "--only",
+            "throughput",
+            "--curve",
+            "--rounds",
+            "2",
+            "--letters",
+            "300",
+            "--messages",
+            "1000",
+            "--appended",
+            "2500",
+            "--directory",
+            str(directory),
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        runs = [dict(_fields(line)[1]) for line in lines if line.startswith("pair_run ")]
+        order = [CURVE_MODES, CURVE_MODES[::-1]]
+        self.assertEqual(
+            [(r["round"], r["mode"], r["scenario"]) for r in runs],
+            [
+                (str(number), mode, measure)
+                for number, modes in enumerate(order, start=1)
+                for mode in modes
+                for measure in MEASURES
+            ],
+            result.stdout,
+        )
+        self.assertEqual({r["lost"] for r in runs}, {"0"})
+        summaries = [_fields(line) for line in lines if line.startswith("pair_curve ")]
+        self.assertEqual([dict(f)["measure"] for _, f in summaries], list(MEASURES))
+        for _, fields in summaries:
+            self.assertEqual([k for k, _ in fields], CURVE_KEYS)
+            values = dict(fields)
+            ratio = float(values["curve_per_s"]) / float(values["open_per_s"])
+            self.assertEqual(values["curve_ratio"], f"{ratio:.2f}", fields)
+        for role in ("primary", "backup"):
+            log = (directory / "throughput" / CURVE / role / "broker.log").read_text()
+            self.assertIn("pair link: CURVE, admitting only the partner key", log)
+            open_log = (directory / "throughput" / SYNC / role / "broker.log").read_text()
+            self.assertIn("pair link: open:", open_log)
 
     def test_failoverLines(self) -> None:
         """

@@ -24,6 +24,7 @@ from malamute_pack.broker.access import (
     AccessControl,
     AccessFileError,
     AccessPolicy,
+    Claim,
     Glob,
     Owners,
     Right,
@@ -203,21 +204,78 @@ class OwnersTests(SynchronousTestCase):
         self.assertEqual((owners.owner("inbox"), len(owners)), ("alice", 1))
 
     def test_claimsStored(self) -> None:
-        """Each new claim, and only a new one, goes to the store; stored claims load back."""
-        saved: list[tuple[str, str]] = []
+        """
+        Each new claim, and only a new one, goes to the store with the time
+        it was made; stored claims load back.
+        """
+        saved: list[tuple[str, str, float]] = []
 
         class Store:
-            def save_owner(self, address: str, user: str) -> None:
-                saved.append((address, user))
+            def save_owner(self, address: str, user: str, claimed: float) -> None:
+                saved.append((address, user, claimed))
 
-        owners = Owners(Store())
+        clock = Clock()
+        clock.advance(100)
+        owners = Owners(Store(), clock=clock)
         owners.claim("alice", "inbox")
+        clock.advance(1)
         owners.claim("alice", "inbox")
         owners.claim("bob", "bob")
-        self.assertEqual(saved, [("inbox", "alice"), ("bob", "bob")])
+        self.assertEqual(saved, [("inbox", "alice", 100.0), ("bob", "bob", 101.0)])
         again = Owners()
-        again.load(dict(saved))
+        again.load({address: (user, claimed) for address, user, claimed in saved})
         self.assertRaises(Refused, again.claim, "bob", "inbox")
+        self.assertEqual(
+            again.claims(), [("inbox", Claim("alice", 100.0)), ("bob", Claim("bob", 101.0))]
+        )
+
+    def test_listenersHearLocalClaims(self) -> None:
+        """The listeners hear each claim made here, not those learned from other brokers."""
+        heard: list[tuple[str, Claim]] = []
+        owners = Owners(clock=Clock())
+        owners.listeners.append(lambda address, claim: heard.append((address, claim)))
+        owners.claim("alice", "alice")
+        owners.claim("alice", "alice")
+        owners.learn("bob", Claim("bob", 5.0))
+        self.assertEqual(heard, [("alice", Claim("alice", 0.0))])
+
+    def test_learnedClaimsConverge(self) -> None:
+        """
+        Two brokers that each took a claim on one address while apart end
+        with the same owner whichever hears the other first: the earlier
+        claim, then the smaller user name; the loser loses the address.
+        """
+        first, second = Owners(clock=Clock()), Owners(clock=Clock())
+        first.load({"x": ("bob", 20.0)})
+        second.load({"x": ("alice", 10.0)})
+        self.assertTrue(first.learn("x", Claim("alice", 10.0)))
+        self.assertFalse(second.learn("x", Claim("bob", 20.0)))
+        self.assertEqual((first.owner("x"), second.owner("x")), ("alice", "alice"))
+        with self.assertRaises(Refused):
+            first.claim("bob", "x")
+        tie_a, tie_b = Owners(), Owners()
+        tie_a.load({"y": ("zed", 1.0)})
+        tie_b.load({"y": ("amy", 1.0)})
+        tie_a.learn("y", Claim("amy", 1.0))
+        tie_b.learn("y", Claim("zed", 1.0))
+        self.assertEqual((tie_a.owner("y"), tie_b.owner("y")), ("amy", "amy"))
+
+    def test_learnedClaimsStoredAndBounded(self) -> None:
+        """
+        A learned claim that changes the owners is stored; one that would
+        make a user own more than one user may is ignored and counted.
+        """
+        saved: list[tuple[str, str, float]] = []
+
+        class Store:
+            def save_owner(self, address: str, user: str, claimed: float) -> None:
+                saved.append((address, user, claimed))
+
+        owners = Owners(Store(), per_user=1)
+        self.assertTrue(owners.learn("a", Claim("u", 1.0)))
+        self.assertFalse(owners.learn("a", Claim("u", 1.0)))
+        self.assertFalse(owners.learn("b", Claim("u", 2.0)))
+        self.assertEqual((saved, owners.ignored), ([("a", "u", 1.0)], 1))
 
     def test_boundedPerUser(self) -> None:
         """
@@ -225,7 +283,7 @@ class OwnersTests(SynchronousTestCase):
         nobody can push another's claim out); other users are not affected.
         """
         owners = Owners(per_user=2)
-        owners.load({"a": "u"})
+        owners.load({"a": ("u", 0.0)})
         owners.claim("u", "b")
         with self.assertRaises(Refused) as ctx:
             owners.claim("u", "c")

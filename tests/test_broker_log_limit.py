@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 from twisted.logger import Logger, LogPublisher, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.broker.log_limit import LogLimit
+from malamute_pack.broker.log_limit import LogLimit, OncePer
 
 
 class LogLimitTests(SynchronousTestCase):
@@ -47,3 +47,22 @@ class LogLimitTests(SynchronousTestCase):
             self.limit.info("malformed", "bad {n}", n=n)
         self.limit.info("refused", "refused {n}", n=0)
         self.assertIn("refused 0", self.lines)
+
+
+class OncePerTests(SynchronousTestCase):
+    def test_oncePerIntervalPerKey(self) -> None:
+        """A key is due once per interval; other keys are independent of it."""
+        clock = Clock()
+        once = OncePer(clock, 600.0)
+        self.assertEqual([once.due("a"), once.due("a"), once.due("b")], [True, False, True])
+        clock.advance(599)
+        self.assertFalse(once.due("a"))
+        clock.advance(1)
+        self.assertTrue(once.due("a"))
+
+    def test_boundedMemory(self) -> None:
+        """At most C{size} keys are remembered: the one logged longest ago is due again first."""
+        once = OncePer(Clock(), 600.0, size=2)
+        for key in ("a", "b", "c"):
+            self.assertTrue(once.due(key))
+        self.assertEqual([once.due("b"), once.due("c"), once.due("a")], [False, False, True])

@@ -9,6 +9,7 @@ that cannot be read or written, usage errors and Ctrl-C.
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import shutil
@@ -390,6 +391,7 @@ class CredentialTests(CommandCase):
         assert secret is not None
         # The broker's key pair, made here so that the readiness probe knows its key.
         server_public, server_secret = zmq.auth.create_certificates(str(directory), "server")
+        os.chmod(server_secret, 0o600)  # pyzmq writes it 0644; the broker wants its owner's only
         server_key, _ = zmq.auth.load_certificate(server_public)
         broker = self.start_broker(
             args=["--curve", str(clients), "--curve-secret", server_secret],

@@ -177,6 +177,30 @@ class RecordIsolationTests(TestCase):
         self.assertEqual([r.id for r in recovered.queued], [1, 3])
 
     @inlineCallbacks
+    def test_badStreamDeleteFailsAlone(self) -> Inline:
+        """
+        An operator's delete of a stream whose name SQLite cannot take fails
+        alone, its Deferred with an error that names it; the letters and the
+        other stream's delete of its batch are written.
+        """
+        journal = self.journal
+        acks: dict[int, JournalError | None] = {}
+        journal.append_stream("s", "w", "a", [b"1"], 1.0)
+        journal.append_stream(BAD_TEXT, "w", "a", [b"1"], 1.0)
+        yield journal.flush()
+        letter(journal, acks)
+        bad = journal.delete_stream(BAD_TEXT)
+        good = journal.delete_stream("s")
+        letter(journal, acks)
+        failure = yield self.assertFailure(bad, JournalError)
+        self.assertEqual((yield good), (1, 4 + 1))
+        self.assertEqual(acks, {1: None, 2: None})
+        self.assertTrue(failure.record_refused)
+        self.assertIn("deleting stream", str(failure))
+        self.assertEqual(journal.counters.errors, 0)
+        self.assertEqual((yield journal.read_stream("s", 1, 10)), [])
+
+    @inlineCallbacks
     def test_badSubjectKeepsStreamNumbering(self) -> Inline:
         """
         A stream record dropped for its subject, in a stream whose name is

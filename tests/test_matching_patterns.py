@@ -85,7 +85,7 @@ class RegexTests(_MatchAssertions):
     def test_badExpression(self) -> None:
         """An expression that does not compile is refused with RE2's reason."""
         self.assertRefused("a(b", "regex: missing ): a(b")
-        self.assertRefused("a{1001}", "regex: invalid repetition size: {1001}")
+        self.assertRefused("a{1001}", "regex: repetition count 1001 is more than 1000: {1001}")
 
     def test_explosivePatternsRunInLinearTime(self) -> None:
         """
@@ -137,6 +137,128 @@ class RegexTests(_MatchAssertions):
         self.assertMatches("^[{,2}]$", ["{", ","], ["", "a"])
         self.assertMatches(r"^a\{,2}$", ["a{,2}"], ["a"])
         self.assertMatches("(?P<word>a)b", ["ab"], ["a"])
+
+    def test_repetitionCounts(self) -> None:
+        """
+        Every repetition Python reads in braces means the same on RE2: a
+        count above RE2's 1000 (which RE2 refuses, or with ten digits or
+        more reads as text, where Python repeats or refuses) and a minimum
+        above the maximum are refused, naming the count; leading zeros
+        (text to RE2) are read as Python reads them.
+        """
+        refused = {
+            "a{99999999999999}": "repetition count 99999999999999 is more than 1000: "
+            "{99999999999999}",
+            "a{1001}": "repetition count 1001 is more than 1000: {1001}",
+            "a{1,1001}": "repetition count 1001 is more than 1000: {1,1001}",
+            "a{1001,}": "repetition count 1001 is more than 1000: {1001,}",
+            "a{,1001}": "repetition count 1001 is more than 1000: {,1001}",
+            "a{0001001}": "repetition count 1001 is more than 1000: {0001001}",
+            "a{4294967296}": "repetition count 4294967296 is more than 1000: {4294967296}",
+            "a{2,1}": "repetition minimum 2 is more than its maximum 1: {2,1}",
+            "a{02,01}": "repetition minimum 2 is more than its maximum 1: {02,01}",
+            "(a{100}){100}": "nested repetition counts multiply to more than 1000: {100}",
+        }
+        for pattern, reason in refused.items():
+            self.assertRefused(pattern, f"regex: {reason}")
+        self.assertMatches("^a{02}$", ["aa"], ["a{02}", "a"])
+        self.assertMatches("^a{00,003}$", ["", "aaa"], ["aaaa", "a{00,003}"])
+        self.assertMatches("^a{1000}$", ["a" * 1000], ["a" * 999])
+
+    def test_ordinaryRepetitions(self) -> None:
+        """
+        The repetitions everyone writes keep working, and braces Python reads
+        as text (``{}``, ``{a}``, ``{ 2}``, ``{1,2,3}``, in a class or
+        escaped) are text on RE2 too.
+        """
+        self.assertMatches("^a{3}$", ["aaa"], ["aa", "aaaa"])
+        self.assertMatches("^a{2,5}$", ["aa", "aaaaa"], ["a", "aaaaaa"])
+        self.assertMatches("^a{,3}$", ["", "aaa"], ["aaaa"])
+        self.assertMatches("^a{2,}?$", ["aa", "aaaaaaa"], ["a"])
+        for text in ("a{}", "a{a}", "a{ 2}", "a{1,2,3}", "a{-1}"):
+            self.assertMatches(f"^{text}$", [text], ["a", "aa"])
+        self.assertMatches(r"^\{99999}$", ["{99999}"], [])
+        self.assertMatches("^[{99999}]$", ["{", "9"], ["{99999}"])
+        self.assertMatches(r"^\Q{99999}\E$", ["{99999}"], [])
+        self.assertMatches(r"^\x{0041}$", ["A"], ["x{0041}"])
+
+    def test_quantifiedAnchorRefused(self) -> None:
+        """
+        A quantifier on an anchor (``^*``, ``\\b+``), which Python refuses and
+        RE2 reads as an empty match, is refused; a quantified group holding
+        one is not (as in Python).
+        """
+        for anchor in ("^", "$", r"\A", r"\Z", r"\b", r"\B"):
+            for quantifier in ("*", "+", "?", "{2}", "{,2}"):
+                self.assertRefused(
+                    f"x{anchor}{quantifier}",
+                    f"regex: nothing to repeat: {anchor}{quantifier} "
+                    "(an anchor takes no quantifier)",
+                )
+        self.assertMatches("^(^)*a", ["a"], ["b"])
+        self.assertMatches("^{a}", ["{a}"], ["a"])
+
+    def test_groupNames(self) -> None:
+        """
+        A group name used twice, one that is not a Python identifier (both of
+        which RE2 takes) and RE2's ``(?<name>...)`` spelling are refused,
+        naming the fault; ordinary names work.
+        """
+        self.assertRefused("(?P<x>a)(?P<x>b)", "regex: group name 'x' used twice")
+        self.assertRefused("(?P<x>a)|((?P<x>b))", "regex: group name 'x' used twice")
+        self.assertRefused(
+            "(?P<1x>a)",
+            "regex: bad group name '1x': a name is a letter or _ then letters, digits or _",
+        )
+        self.assertRefused(
+            "(?P<>a)", "regex: bad group name '': a name is a letter or _ then letters, digits or _"
+        )
+        self.assertRefused(
+            "(?<x>a)", "regex: a named group is written (?P<name>...), as in Python, not (?<x>"
+        )
+        self.assertMatches("^(?P<n>x)$", ["x"], ["y"])
+        self.assertMatches("^(?P<n>x)(?P<_m2>y)(?P<\u00e9>z)$", ["xyz"], ["xy"])
+
+    def test_flagsGroups(self) -> None:
+        """
+        A flags group that is not at the very start (which RE2 applies from
+        there on, Python refuses, and Python before 3.11 applied to the whole
+        pattern), one that turns flags off, and an empty one are refused.
+        """
+        self.assertRefused(
+            "a(?i)b",
+            "regex: flags must come at the very start, as in Python: write (?i:...) for part of "
+            "the pattern, not (?i)",
+        )
+        self.assertRefused(
+            "(?i)a|(?s)b",
+            "regex: flags must come at the very start, as in Python: write (?s:...) for part of "
+            "the pattern, not (?s)",
+        )
+        self.assertRefused(
+            "(?-i)a",
+            "regex: flags are turned off only for a group, as in Python: write (?-i:...), "
+            "not (?-i)",
+        )
+        self.assertRefused("(?)a", "regex: empty flags group: (?)")
+        self.assertMatches("(?i)(?s)^a.b$", ["A\nB"], ["a\nc"])
+        self.assertMatches("^a(?i:b)(?-i:c)$", ["aBc"], ["Abc", "abC"])
+
+    def test_numericEscapes(self) -> None:
+        """
+        ``\\12``, a backreference to Python and a character to RE2, is refused
+        as a backreference; an octal escape past ``\\377`` (refused by
+        Python, a character past one byte to RE2) is refused; octal escapes
+        both read alike still work.
+        """
+        self.assertRefused(
+            r"(a)\12",
+            "regex: backreferences are not supported (patterns run on RE2, which matches in "
+            r"linear time): \12 (a backreference in Python; the character is \x0a)",
+        )
+        self.assertRefused(r"\400", r"regex: octal escape \400 is more than \377")
+        self.assertRefused(r"[\777]", r"regex: octal escape \777 is more than \377")
+        self.assertMatches(r"^\123\0\012[\12]$", ["S\x00\n\n"], ["S"])
 
     def test_re2Meanings(self) -> None:
         r"""

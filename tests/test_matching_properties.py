@@ -17,6 +17,7 @@ regular-expression index's RE2 Set must agree with through any changes.
 from __future__ import annotations
 
 import re
+import warnings
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,7 +32,7 @@ from hypothesis.stateful import (
 from pyroaring import BitMap
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.matching import Pattern, SubscriptionIndex, parse_pattern
+from malamute_pack.matching import Pattern, PatternError, SubscriptionIndex, parse_pattern
 from malamute_pack.matching.regex import SET_MAX_MEM, RegexIndex
 
 OWNERS = ("ann", "bob", "cat", "dan")
@@ -190,6 +191,21 @@ REGEXES = st.tuples(
 ).map("".join)
 REGEX_SUBJECTS = st.text(alphabet="ab.", max_size=8)
 
+# Fragments where the two engines' readings of the same text could part:
+# braces (counts past RE2's, leading zeros, text), anchors and quantifiers,
+# group names, flags groups, numeric escapes. Nothing RE2 alone has (\p,
+# \x{...}, \Q, (?U)), and no \B, which Python alone never finds in "".
+_BORDER_FRAGMENTS = [
+    *"ab{},0129()?*+|^$[]-:",
+    *(r"\b", r"\A", r"\Z", r"\1", r"\0", r"\7", r"\4", r"\8", r"\{"),
+    *("(?i)", "(?s)", "(?-i)", "(?)", "(?:", "(?i:", "(?-i:", "(?=a)"),
+    *("(?P<x>", "(?P<y>", "(?P<1>", "(?<x>", "(?P=x)"),
+    *("{1001}", "{0999}", "{999999999}", "{9999999999}", "{,1001}", "{2,1}", "{00,001}"),
+    *("{1,2,3}", "{ 2}", "*?", "??"),
+]
+BORDER_REGEXES = st.lists(st.sampled_from(_BORDER_FRAGMENTS), min_size=1, max_size=6).map("".join)
+BORDER_SUBJECTS = st.text(alphabet="abAB{},0129\x00\n\x08", max_size=6)
+
 
 class RegexPropertyTests(SynchronousTestCase):
     @settings(max_examples=500, deadline=None)
@@ -205,6 +221,38 @@ class RegexPropertyTests(SynchronousTestCase):
             re.search(expression, subject) is not None,
             (expression, subject),
         )
+
+    @settings(max_examples=2000, deadline=None)
+    @given(BORDER_REGEXES, st.lists(BORDER_SUBJECTS, min_size=1, max_size=4))
+    def test_noOtherReading(self, expression: str, subjects: list[str]) -> None:
+        """
+        A pattern Python's re refuses is refused, and one both take matches
+        exactly the subjects re.search finds (but for $ before a final
+        newline): the broker never runs a pattern RE2 reads otherwise than
+        Python (repetition counts, braces, quantified anchors, group names,
+        flags groups, octal escapes and backreferences).
+        """
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # re's FutureWarning on "[[" and such
+                reference: re.Pattern[str] | None = re.compile(expression)
+        except (re.error, OverflowError):
+            reference = None
+        try:
+            pattern: Pattern | None = parse_pattern(f"regex:{expression}")
+        except PatternError:
+            pattern = None
+        if reference is None:
+            self.assertIsNone(pattern, f"{expression!r}: Python refuses it, the broker took it")
+        elif pattern is not None:
+            for subject in subjects:
+                if "$" in expression and "\n" in subject:
+                    continue  # documented: RE2's $ is only at the very end
+                self.assertEqual(
+                    pattern.matches(subject),
+                    reference.search(subject) is not None,
+                    (expression, subject),
+                )
 
     @settings(max_examples=300, deadline=None)
     @given(

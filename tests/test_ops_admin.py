@@ -13,6 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.journal import JournalConfig
+from malamute_pack.journal.writer import RetentionSet, StreamDelete, WriteOp
 from malamute_pack.ops.admin import Admin, AdminError
 from malamute_pack.ops.management import ManagementSession
 from malamute_pack.ops.stats import Statistics
@@ -194,6 +195,25 @@ class DeleteStreamTests(AdminCase):
         self.flush()
         self.assertEqual(self.rows("SELECT stream, seq FROM stream_messages"), [("t", 1)])
 
+    def test_deleteIsAJournalWrite(self) -> None:
+        """
+        The delete is one of the journal's ordered writes (what a pair's
+        active ships to its partner), after the records it deletes.
+        """
+        shipped: list[WriteOp] = []
+        assert self.h.journal is not None
+        self.h.journal.shipper = lambda first, ops: shipped.extend(ops)
+        self.write(3)
+        self.admin.delete_stream("s")
+        self.h.settle()
+        self.flush()
+        self.assertEqual(len(shipped), 4)
+        delete = shipped[-1]
+        assert isinstance(delete, StreamDelete)
+        self.assertEqual(
+            (delete.stream, delete.through, delete.deleted, delete.freed), ("s", 3, 3, 3 * 14)
+        )
+
     def test_unknownStream(self) -> None:
         """Deleting a stream that does not exist is an AdminError."""
         self.assertRaises(AdminError, self.admin.delete_stream, "nothing")
@@ -229,6 +249,22 @@ class RetentionTests(AdminCase):
         self.flush()
         assert self.h.journal is not None
         self.assertEqual(self.h.journal.first_seq("s"), 3)
+
+    def test_retentionIsAJournalWrite(self) -> None:
+        """
+        A retention change takes its place among the journal's ordered
+        writes (what a pair's active ships to its partner), with the new
+        default and each stream's own.
+        """
+        shipped: list[WriteOp] = []
+        assert self.h.journal is not None
+        self.h.journal.shipper = lambda first, ops: shipped.extend(ops)
+        self.write(1)
+        self.admin.set_retention("s", None, None, 2)
+        self.flush()
+        (change,) = [op for op in shipped if isinstance(op, RetentionSet)]
+        self.assertEqual(change.retention, self.h.journal.config.retention)
+        self.assertEqual(change.per_stream["s"].max_count, 2)
 
     def test_badRetention(self) -> None:
         """A negative limit or an unknown stream is an AdminError."""

@@ -12,13 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import zmq
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from twisted.internet import reactor
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.ops.metrics import MAX_LABEL_SETS, OTHER, MetricsRenderer, bounded
+from malamute_pack.pack.service import PackService
 from malamute_pack.protocol import mlm
+from malamute_pack.settings import PackSettings
+from malamute_pack.transport.curve import KeyPair, LinkCurve
+from malamute_pack.transport.zap import CLIENT_DOMAIN, KeyAllowList, ZapHandler
 from tests.ops_support import WRITER, busy_broker
 
 
@@ -94,6 +100,62 @@ class RenderTests(SynchronousTestCase):
         found = samples(MetricsRenderer(self.statistics, lambda: 4).render().decode())
         self.assertEqual(value(found, "malamute_http_logins_refused_total"), 4)
         self.assertNotIn("malamute_http_logins_refused_total", self.found)
+
+    def test_zap(self) -> None:
+        """
+        With a ZAP handler, its answers are counters by domain and its
+        throttle's waiting refusals and tracked pairs are gauges; without
+        one there is no such family.
+        """
+        clock = self.harness.clock
+        zap = ZapHandler(clock, zmq.Context.instance(), {"admin": "secret"})  # type: ignore[arg-type]
+        self.statistics.zap = zap
+        for _ in range(3):  # a first refusal is answered at once, the next two wait
+            zap.answer([b"p", b"", b"1.0", b"1", CLIENT_DOMAIN, b"10.0.0.1", b"", b"NULL"])
+        found = samples(MetricsRenderer(self.statistics).render().decode())
+        self.assertEqual(value(found, "malamute_zap_refused_total", domain="client"), 3)
+        self.assertEqual(value(found, "malamute_zap_throttled_total", domain="client"), 2)
+        self.assertEqual(value(found, "malamute_zap_hurried_total", domain="client"), 0)
+        self.assertEqual(value(found, "malamute_zap_accepted_total", domain="client"), 0)
+        self.assertEqual(value(found, "malamute_zap_pending"), 2)
+        self.assertEqual(value(found, "malamute_zap_tracked"), 1)
+        self.assertNotIn("malamute_zap_pending", self.found)
+        self.harness.clock.advance(10)
+
+    def test_pack(self) -> None:
+        """
+        A broker in a CURVE pack shows its members and the nodes it turned
+        away, by reason; one in no pack shows no such family.
+        """
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.addCleanup(context.term)
+        public, secret = zmq.curve_keypair()
+        data_dir = Path(self.mktemp())
+        data_dir.mkdir()
+        service = PackService(
+            reactor,
+            context,
+            self.harness.broker,
+            None,
+            PackSettings(
+                name="p", gossip_bind=("tcp://127.0.0.1:*",), peer_endpoint="tcp://127.0.0.1:*"
+            ),
+            data_dir,
+            LinkCurve(KeyPair(public, secret), KeyAllowList("pack peer", {}, "keys")),
+        )
+        service.startService()
+        self.addCleanup(service.stopService)
+        self.statistics.pack = service
+        assert service.zyre is not None
+        stranger, _ = zmq.curve_keypair()
+        service.zyre.node.discovered(b"s" * 16, "tcp://127.0.0.1:1", stranger)
+        service.zyre.node.discovered(b"o" * 16, "tcp://127.0.0.1:2", None)
+        found = samples(MetricsRenderer(self.statistics).render().decode())
+        self.assertEqual(value(found, "malamute_pack_members"), 0)
+        self.assertEqual(value(found, "malamute_pack_refused_total", reason="not_listed"), 1)
+        self.assertEqual(value(found, "malamute_pack_refused_total", reason="no_key"), 1)
+        self.assertEqual(value(found, "malamute_pack_owner_claims_total", outcome="learned"), 0)
+        self.assertNotIn("malamute_pack_members", self.found)
 
     def test_liveFigures(self) -> None:
         """Each render reads the statistics afresh."""

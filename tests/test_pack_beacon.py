@@ -15,7 +15,9 @@ import sys
 import textwrap
 
 import psutil
+import zmq
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from zmq.utils import z85
 
 from malamute_pack.bench.brokerprocess import PROJECT_ROOT
 from malamute_pack.bench.netns import Lan, netns_available
@@ -36,14 +38,14 @@ class ListenerTests(SynchronousTestCase):
         self.calls: list[tuple[object, ...]] = []
         self.listener = BeaconListener(
             OURS,
-            lambda uuid, endpoint: self.calls.append(("discovered", uuid, endpoint)),
+            lambda uuid, endpoint, key: self.calls.append(("discovered", uuid, endpoint, key)),
             lambda uuid: self.calls.append(("departed", uuid)),
         )
 
     def test_discovered(self) -> None:
-        """A beacon becomes the sender's tcp endpoint: its source address and port."""
+        """A beacon becomes the sender's tcp endpoint: its source address and port, no key."""
         self.listener.datagram(encode_beacon(Beacon(THEIRS, 4242)), "10.77.12.2")
-        self.assertEqual(self.calls, [("discovered", THEIRS, "tcp://10.77.12.2:4242")])
+        self.assertEqual(self.calls, [("discovered", THEIRS, "tcp://10.77.12.2:4242", None)])
         self.assertEqual(self.listener.counters.heard, 1)
 
     def test_departed(self) -> None:
@@ -63,9 +65,16 @@ class ListenerTests(SynchronousTestCase):
         self.assertEqual((self.calls, self.listener.counters.malformed), ([], 5))
 
     def test_curve(self) -> None:
-        """A CURVE beacon is heard but not followed (we have no key for it)."""
-        self.listener.datagram(encode_beacon(Beacon(THEIRS, 1, b"k" * 32)), "10.77.12.2")
-        self.assertEqual((self.calls, self.listener.counters.curve), ([], 1))
+        """
+        A CURVE beacon's public key goes to the node in Z85 with its
+        endpoint (the node decides whether to follow it); it is counted.
+        """
+        public, _ = zmq.curve_keypair()
+        beacon = encode_beacon(Beacon(THEIRS, 1, z85.decode(public)))
+        self.assertEqual(len(beacon), 54)
+        self.listener.datagram(beacon, "10.77.12.2")
+        self.assertEqual(self.calls, [("discovered", THEIRS, "tcp://10.77.12.2:1", public)])
+        self.assertEqual(self.listener.counters.curve, 1)
 
 
 class ResolveTests(SynchronousTestCase):
@@ -109,7 +118,7 @@ BEACONER = textwrap.dedent(
     say(event="interface", address=address, broadcast=broadcast)
     service = BeaconService(
         reactor, bytes.fromhex(sys.argv[1]), int(sys.argv[2]),
-        lambda uuid, endpoint: say(event="discovered", uuid=uuid.hex(), endpoint=endpoint),
+        lambda uuid, endpoint, key: say(event="discovered", uuid=uuid.hex(), endpoint=endpoint),
         lambda uuid: say(event="departed", uuid=uuid.hex()),
         broadcast, interval=0.1,
     )

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.journal import JournalConfig
 from malamute_pack.pack.federation import HEADER_PROTOCOL, PROTOCOL, Pack
@@ -39,8 +40,16 @@ class Network:
     delivered in order by L{run}.
     """
 
-    def __init__(self, base: Path, names: list[str], journal: bool = True) -> None:
+    def __init__(
+        self, base: Path, names: list[str], journal: bool = True, owners: bool = False
+    ) -> None:
+        """
+        @param owners: the brokers' clients authenticate (each broker has
+            access control) and the packs tell each other the owners of
+            addresses, as a CURVE pack's brokers do.
+        """
         self.harnesses: dict[str, BrokerHarness] = {}
+        self._owners = owners
         self.packs: dict[str, Pack] = {}
         self.peers: dict[str, Peer] = {}
         self.in_flight: deque[tuple[str, str, list[bytes]]] = deque()
@@ -63,6 +72,10 @@ class Network:
         )
         self.harnesses[name] = harness
         marks = harness.journal.origin_marks() if harness.journal is not None else {}
+        owners = None
+        if self._owners:
+            harness.broker.access = AccessControl(harness.clock)
+            owners = harness.broker.access.owners
         pack = Pack(
             harness.broker,
             harness.clock,
@@ -70,6 +83,7 @@ class Network:
             self.peers[name].uuid.hex().upper(),
             self._whisperer(name),
             marks,
+            owners=owners,
         )
         pack.start()
         self.packs[name] = pack
@@ -553,6 +567,75 @@ class MalformedTests(PackTestCase):
         pack.peer_joined(Peer(b"\x09" * 16, "x", {HEADER_PROTOCOL: "99"}), "pack")
         self.assertEqual(pack.counters.incompatible, 1)
         self.assertNotIn(b"\x09" * 16, pack.peers)
+
+
+class OwnerTests(SynchronousTestCase):
+    """A CURVE pack's brokers tell each other who owns which address."""
+
+    def setUp(self) -> None:
+        self.net = Network(Path(self.mktemp()), ["a", "b"], owners=True)
+        self.addCleanup(self.net.close)
+
+    def open_as(self, broker: str, route: bytes, address: str, user: str) -> list[mlm.Message]:
+        """C{user} opens C{address} on C{broker}; what the broker answered."""
+        h = self.net.harnesses[broker]
+        h.sessions.receive(route, mlm.encode(mlm.ConnectionOpen(address=address)), user)
+        return h.take(route)
+
+    def test_claimTravels(self) -> None:
+        """
+        alice's claim of C{alice} on one broker reaches the other: there bob
+        opening C{alice} gets ERROR 403, alice still may.
+        """
+        self.net.mesh()
+        self.assertEqual(self.open_as("a", R, "alice", "alice"), [mlm.Ok()])
+        self.net.run()
+        (refusal,) = self.open_as("b", R2, "alice", "bob")
+        assert isinstance(refusal, mlm.Error)
+        self.assertEqual(refusal.status_code, 403)
+        self.assertEqual(self.open_as("b", W, "alice", "alice"), [mlm.Ok()])
+        self.assertEqual(self.net.packs["b"].counters.owners_learned, 1)
+
+    def test_claimsMadeApartLearnedOnJoin(self) -> None:
+        """Claims made before two brokers meet are exchanged when they join."""
+        self.open_as("a", R, "alice", "alice")
+        self.open_as("b", R2, "bob", "bob")
+        self.net.mesh()
+        owners = {n: self.net.harnesses[n].broker.access.owners for n in "ab"}  # type: ignore[union-attr]
+        for name in "ab":
+            self.assertEqual(
+                (owners[name].owner("alice"), owners[name].owner("bob")), ("alice", "bob")
+            )
+
+    def test_conflictingClaimsConverge(self) -> None:
+        """
+        The same address claimed by two users on two brokers apart: once
+        they meet, both keep the earlier claim, and the later claimant is
+        refused on both.
+        """
+        self.net.harnesses["b"].clock.advance(5)
+        self.open_as("a", R, "x", "alice")  # at 0
+        self.open_as("b", R2, "x", "bob")  # at 5
+        self.net.mesh()
+        for name in "ab":
+            owners = self.net.harnesses[name].broker.access.owners  # type: ignore[union-attr]
+            self.assertEqual(owners.owner("x"), "alice", name)
+        (refusal,) = self.open_as("b", W, "x", "bob")
+        assert isinstance(refusal, mlm.Error)
+        self.assertEqual(refusal.status_code, 403)
+
+    def test_openPackBelievesNoClaim(self) -> None:
+        """
+        A broker of an open pack (no owners given to its pack) tells no
+        claim and believes none: an OWNER from a peer is counted and ignored.
+        """
+        open_net = Network(Path(self.mktemp()), ["a", "b"])
+        self.addCleanup(open_net.close)
+        open_net.mesh()
+        pack = open_net.packs["a"]
+        pack.whispered(open_net.peers["b"], packlink.encode(packlink.Owner("alice", "mallory", 1)))
+        self.assertEqual(pack.counters.owners_ignored, 1)
+        self.assertFalse(any(isinstance(m, packlink.Owner) for _, _, m in open_net.sent))
 
 
 # Values that reach the meaningful paths (known names, a bad pattern, big numbers).

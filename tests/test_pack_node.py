@@ -15,19 +15,25 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.pack.node import Link, ZreNode, ZrePeer
+from malamute_pack.pack.node import PUBLIC_KEY_HEADER, Link, ZreNode, ZrePeer
 from malamute_pack.protocol import zre
 
 Event = tuple[object, ...]
 
 
 class MemoryLink:
-    """A L{Link} that queues messages for the network to deliver."""
+    """
+    A L{Link} that queues messages for the network to deliver; with CURVE,
+    the server's key it expects at C{endpoint}.
+    """
 
-    def __init__(self, network: Network, sender: bytes, endpoint: str) -> None:
+    def __init__(
+        self, network: Network, sender: bytes, endpoint: str, server_key: bytes | None = None
+    ) -> None:
         self.network = network
         self.identity = b"\x01" + sender
         self.endpoint = endpoint
+        self.server_key = server_key
         self.full = False
         self.closed = False
         self.sent: list[list[bytes]] = []
@@ -37,7 +43,7 @@ class MemoryLink:
         if self.full:
             return False
         self.sent.append(list(frames))
-        self.network.queue.append((self.endpoint, self.identity, list(frames)))
+        self.network.queue.append((self, list(frames)))
         return True
 
     def close(self) -> None:
@@ -45,13 +51,22 @@ class MemoryLink:
 
 
 class Network:
-    """Nodes by endpoint, and the messages on their way to them."""
+    """
+    Nodes by endpoint, and the messages on their way to them. A CURVE
+    node's inbox takes a message only from a link that expects its key and
+    whose sender's key it lists (as CURVE's handshake and ZAP would), and
+    hands over the sender's key with it; a node without CURVE takes no
+    link that expects a key.
+    """
 
     def __init__(self) -> None:
         self.nodes: dict[str, ZreNode] = {}
-        self.queue: deque[tuple[str, bytes, list[bytes]]] = deque()
+        self.queue: deque[tuple[MemoryLink, list[bytes]]] = deque()
         self.links: list[MemoryLink] = []
         self.refused: set[str] = set()  # endpoints a connect fails for
+        self.keys: dict[bytes, bytes] = {}  # a CURVE node's uuid: its public key
+        self.lists: dict[bytes, set[bytes]] = {}  # a CURVE node's uuid: the keys it lists
+        self.handshakes_failed = 0
 
     def connector(self, uuid: bytes) -> MemoryConnect:
         return MemoryConnect(self, uuid)
@@ -59,10 +74,17 @@ class Network:
     def flush(self) -> None:
         """Deliver every message, and those they cause, until none is left."""
         while self.queue:
-            endpoint, identity, frames = self.queue.popleft()
-            node = self.nodes.get(endpoint)
-            if node is not None:
-                node.receive(identity, frames)
+            link, frames = self.queue.popleft()
+            node = self.nodes.get(link.endpoint)
+            if node is None:
+                continue
+            sender_key = self.keys.get(link.identity[1:])
+            if link.server_key != node.public_key:
+                self.handshakes_failed += 1  # CURVE against NULL, or the wrong server key
+            elif node.curve and sender_key not in self.lists[node.uuid]:
+                self.handshakes_failed += 1  # ZAP refuses the sender's key
+            else:
+                node.receive(link.identity, frames, sender_key)
 
     def link(self, sender: ZreNode, endpoint: str) -> MemoryLink:
         """The open link from C{sender} to C{endpoint}."""
@@ -79,10 +101,10 @@ class MemoryConnect:
         self.network = network
         self.uuid = uuid
 
-    def __call__(self, endpoint: str) -> Link:
+    def __call__(self, endpoint: str, server_key: bytes | None = None) -> Link:
         if endpoint in self.network.refused:
             raise ValueError(f"cannot connect to {endpoint}")
-        link = MemoryLink(self.network, self.uuid, endpoint)
+        link = MemoryLink(self.network, self.uuid, endpoint, server_key)
         self.network.links.append(link)
         return link
 
@@ -123,19 +145,50 @@ def _uuid(name: str) -> bytes:
     return name.encode().ljust(16, b"-")
 
 
+def curve_key(name: str) -> bytes:
+    """A stand-in for a node's CURVE public key (Z85 is 40 ASCII characters)."""
+    return f"KEY-{name}".encode().ljust(40, b".")
+
+
+class ListedKeys:
+    """A L{PeerKeys}: a set of keys that the test may change."""
+
+    def __init__(self, keys: set[bytes]) -> None:
+        self.keys = keys
+
+    def admits(self, key: bytes) -> bool:
+        return key in self.keys
+
+
 class NodeCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.network = Network()
         self.recorders: dict[str, Recorder] = {}
+        self.strangers: list[tuple[str, bytes, str, bytes | None]] = []
 
     def node(
-        self, name: str, uuid: bytes | None = None, endpoint: str | None = None, start: bool = True
+        self,
+        name: str,
+        uuid: bytes | None = None,
+        endpoint: str | None = None,
+        start: bool = True,
+        listed: set[bytes] | None = None,
     ) -> ZreNode:
-        """A node named C{name} at C{mem://name}, started, on the network."""
+        """
+        A node named C{name} at C{mem://name}, started, on the network; a
+        CURVE node listing the keys C{listed} if given (its own key is
+        C{KEY-name}, padded to 40 bytes).
+        """
         uuid = _uuid(name) if uuid is None else uuid
         endpoint = f"mem://{name}" if endpoint is None else endpoint
         recorder = self.recorders[name] = Recorder()
+        public_key: bytes | None = None
+        peer_keys: ListedKeys | None = None
+        if listed is not None:
+            public_key = self.network.keys[uuid] = curve_key(name)
+            self.network.lists[uuid] = listed
+            peer_keys = ListedKeys(listed)
         node = ZreNode(
             self.clock,
             uuid,
@@ -144,6 +197,9 @@ class NodeCase(SynchronousTestCase):
             self.network.connector(uuid),
             recorder,
             headers={"X-ROLE": "broker"},
+            public_key=public_key,
+            peer_keys=peer_keys,
+            stranger=lambda *args: self.strangers.append(args),
         )
         self.network.nodes[endpoint] = node
         if start:
@@ -609,3 +665,172 @@ class FlowControlTests(NodeCase):
         self.network.link(a, b.endpoint).full = True
         self.clock.advance(5)
         self.assertEqual(self.events("a"), [("exit", "b")])
+
+
+class CurveTests(NodeCase):
+    """CURVE nodes (RFC 43): only listed keys become peers."""
+
+    def curve_pair(self) -> tuple[ZreNode, ZreNode]:
+        """Two CURVE nodes that list each other and have entered each other."""
+        a = self.node("a", listed={curve_key("b")})
+        b = self.node("b", listed={curve_key("a")})
+        a.discovered(b.uuid, b.endpoint, curve_key("b"))
+        self.network.flush()
+        self.events("a"), self.events("b")
+        return a, b
+
+    def test_listedKeysEnter(self) -> None:
+        """
+        Two CURVE nodes that list each other enter each other; each HELLO
+        names its key, and each link expects the other's key.
+        """
+        a, b = self.curve_pair()
+        self.assertEqual((list(a.peers), list(b.peers)), ([b.uuid], [a.uuid]))
+        self.assertEqual(a.peers[b.uuid].key, curve_key("b"))
+        hello = zre.decode(self.network.link(a, b.endpoint).sent[0])
+        assert isinstance(hello, zre.Hello)
+        self.assertIn((PUBLIC_KEY_HEADER, curve_key("a").decode()), hello.headers)
+        self.assertEqual(self.network.link(b, a.endpoint).server_key, curve_key("a"))
+        a.whisper(b.uuid, [b"hi"])
+        self.network.flush()
+        self.assertEqual(self.events("b"), [("whisper", "a", [b"hi"])])
+
+    def test_unlistedKeyNeverLinked(self) -> None:
+        """
+        A beacon or gossip naming a key that is not listed, or no key (an
+        open node), links to nothing: counted, and the stranger reported.
+        """
+        a = self.node("a", listed={curve_key("b")})
+        stranger = self.node("s", listed={curve_key("a")})
+        a.discovered(stranger.uuid, stranger.endpoint, curve_key("s"))
+        a.discovered(_uuid("o"), "mem://o", None)
+        self.assertEqual(self.network.links, [])
+        self.assertEqual((a.counters.not_listed, a.counters.no_key), (1, 1))
+        self.assertEqual(
+            [(why, uuid) for why, uuid, _, _ in self.strangers],
+            [("not listed", stranger.uuid), ("no key", _uuid("o"))],
+        )
+
+    def test_strangerLinkingInGetsNothing(self) -> None:
+        """
+        A stranger that lists our key and links to us (its HELLO refused by
+        ZAP, here the network) never enters, and is never linked to.
+        """
+        a = self.node("a", listed={curve_key("b")})
+        stranger = self.node("s", listed={curve_key("a")})
+        stranger.discovered(a.uuid, a.endpoint, curve_key("a"))
+        self.network.flush()
+        self.assertEqual((a.peers, stranger.peers), ({}, {}))
+        self.assertEqual([link.identity[1:] for link in self.network.links], [stranger.uuid])
+        self.assertEqual(self.network.handshakes_failed, 1)
+
+    def test_openNodeIgnoresCurveNodes(self) -> None:
+        """A node without CURVE ignores a node that names a key, and a CURVE node's links fail."""
+        plain = self.node("p")
+        a = self.node("a", listed={curve_key("p")})
+        plain.discovered(a.uuid, a.endpoint, curve_key("a"))
+        self.assertEqual(self.network.links, [])
+        a.discovered(plain.uuid, plain.endpoint, curve_key("p"))
+        self.network.flush()
+        self.assertEqual((a.peers, plain.peers), ({}, {}))
+
+    def test_helloMustNameItsConnectionsKey(self) -> None:
+        """
+        A HELLO whose X-PUBLICKEY is not the key its connection proved, or
+        that names none, is refused: a listed node cannot pose as another.
+        """
+        a = self.node("a", listed={curve_key("b"), curve_key("c")})
+        hello = zre.encode(zre.Hello(1, "mem://b", (), 0, "b", ((PUBLIC_KEY_HEADER, "x"),)))
+        a.receive(b"\x01" + _uuid("b"), hello, curve_key("c"))
+        bare = zre.encode(zre.Hello(1, "mem://b", (), 0, "b", ()))
+        a.receive(b"\x01" + _uuid("b"), bare, curve_key("b"))
+        self.assertEqual((a.peers, self.network.links), ({}, []))
+        self.assertEqual((a.counters.key_mismatches, a.counters.no_key), (1, 1))
+
+    def test_messagesFromAnotherKeyDropped(self) -> None:
+        """
+        Once a peer entered with its key, a message under its routing id
+        from another (listed) key is dropped and counted.
+        """
+        a, b = self.curve_pair()
+        self.network.lists[a.uuid].add(curve_key("c"))
+        whisper = zre.encode(zre.Whisper(self.next_sequence(b, a), (b"forged",)))
+        a.receive(b"\x01" + b.uuid, whisper, curve_key("c"))
+        self.assertEqual(self.events("a"), [])
+        self.assertEqual(a.counters.key_mismatches, 1)
+        self.assertIn(b.uuid, a.peers)
+
+    def test_keyNoLongerListedIsDropped(self) -> None:
+        """
+        A key removed from the list (a reload) loses its peer at once, and
+        what still comes on its connection is dropped; the peer does not
+        come back while its key is not listed.
+        """
+        a, b = self.curve_pair()
+        self.network.lists[a.uuid].discard(curve_key("b"))
+        a.drop_keys({curve_key("b")})
+        self.assertEqual((a.peers, self.events("a")), ({}, [("exit", "b")]))
+        self.assertEqual(a.counters.keys_dropped, 1)
+        whisper = zre.encode(zre.Whisper(self.next_sequence(b, a), (b"late",)))
+        a.receive(b"\x01" + b.uuid, whisper, curve_key("b"))
+        a.discovered(b.uuid, b.endpoint, curve_key("b"))
+        self.assertEqual((a.peers, self.events("a")), ({}, []))
+
+    def test_newKeyIsARestart(self) -> None:
+        """
+        A peer whose new HELLO comes on a connection proved with another
+        listed key (it restarted with a new key) is dropped and linked to
+        afresh with that key.
+        """
+        a, b = self.curve_pair()
+        self.network.lists[a.uuid].add(curve_key("b2"))
+        headers = ((PUBLIC_KEY_HEADER, curve_key("b2").decode()),)
+        a.receive(
+            b"\x01" + b.uuid,
+            zre.encode(zre.Hello(1, "mem://b", (), 0, "b", headers)),
+            curve_key("b2"),
+        )
+        self.assertEqual(a.counters.restarts, 1)
+        self.assertEqual(self.network.link(a, b.endpoint).server_key, curve_key("b2"))
+        self.assertEqual(a.peers[b.uuid].key, curve_key("b2"))
+
+    def test_helloOfAnotherKeyCannotPushAPeerOut(self) -> None:
+        """
+        A HELLO from another listed key naming an entered peer's endpoint
+        does not drop that peer; the same key under a new uuid (the broker
+        restarted) does.
+        """
+        a, b = self.curve_pair()
+        self.network.lists[a.uuid].add(curve_key("c"))
+        headers = ((PUBLIC_KEY_HEADER, curve_key("c").decode()),)
+        hello = zre.encode(zre.Hello(1, b.endpoint, (), 0, "c", headers))
+        a.receive(b"\x01" + _uuid("c"), hello, curve_key("c"))
+        self.assertIn(b.uuid, a.peers)
+        headers = ((PUBLIC_KEY_HEADER, curve_key("b").decode()),)
+        hello = zre.encode(zre.Hello(1, b.endpoint, (), 0, "b", headers))
+        a.receive(b"\x01" + _uuid("b-new"), hello, curve_key("b"))
+        self.assertNotIn(b.uuid, a.peers)
+        self.assertIn(_uuid("b-new"), a.peers)
+
+    def test_beaconsCannotMoveAPeer(self) -> None:
+        """
+        Beacons prove nothing: one naming an entered CURVE peer at another
+        endpoint or with another key, a port-0 beacon for it, or one naming
+        its endpoint under another uuid leaves the peer as it is.
+        """
+        a, b = self.curve_pair()
+        self.network.lists[a.uuid].add(curve_key("x"))
+        a.discovered(b.uuid, "mem://elsewhere", curve_key("b"))
+        a.discovered(b.uuid, b.endpoint, curve_key("x"))
+        a.discovered(_uuid("x"), b.endpoint, curve_key("x"))
+        a.departed(b.uuid)
+        self.assertEqual(list(a.peers), [b.uuid])
+        self.assertEqual((a.counters.restarts, self.events("a")), (0, []))
+
+    def test_curveNeedsBothKeys(self) -> None:
+        """A node given its key without the peers' list (or the reverse) is refused."""
+        with self.assertRaises(ValueError):
+            ZreNode(
+                self.clock, _uuid("x"), "x", "mem://x", self.network.connector(_uuid("x")),
+                Recorder(), public_key=curve_key("x"),
+            )  # fmt: skip

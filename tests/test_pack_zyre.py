@@ -12,17 +12,25 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import zmq
 from twisted.internet import reactor
-from twisted.internet.task import deferLater
+from twisted.internet.task import Clock, deferLater
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.pack.node import NodeEvents
-from malamute_pack.pack.probe import ProbeCommands, ProbeEvents, parse
+from malamute_pack.pack.probe import (
+    REFUSED_INTERVAL,
+    ProbeCommands,
+    ProbeEvents,
+    ProbeRefusals,
+    parse,
+)
 from malamute_pack.pack.zyre import Zyre, gossip_key
 from malamute_pack.protocol import zre
+from malamute_pack.transport.curve import KeyPair, LinkCurve
+from malamute_pack.transport.zap import PACK_DOMAIN, KeyAllowList, ZapHandler
 from tests.test_pack_node import Recorder
 
 ANY_TCP = "tcp://127.0.0.1:*"
@@ -242,6 +250,160 @@ class ZyreSocketTests(TestCase):
         self.assertFalse(a.node.running)
 
 
+class CurveZyreTests(TestCase):
+    """
+    CURVE nodes on real sockets, each in a context of its own with its own
+    ZAP handler (as each broker process has), admitting its listed keys.
+    """
+
+    def setUp(self) -> None:
+        self.pairs: dict[str, KeyPair] = {}
+
+    def key_pair(self, name: str) -> KeyPair:
+        if name not in self.pairs:
+            public, secret = zmq.curve_keypair()
+            self.pairs[name] = KeyPair(public, secret)
+        return self.pairs[name]
+
+    def zyre(
+        self, name: str, listed: Sequence[str] | None, zap: bool = True, **kwargs: object
+    ) -> tuple[Zyre, Recorder, ZapHandler | None]:
+        """
+        A started node C{name} in its own context: CURVE admitting the keys
+        of the nodes named C{listed}, or open for None; a ZAP handler unless
+        C{zap} is false.
+        """
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        handler: ZapHandler | None = None
+        curve: LinkCurve | None = None
+        if listed is not None:
+            allowed = KeyAllowList(
+                "pack peer", {self.key_pair(n).public: n for n in listed}, "--pack-keys"
+            )
+            curve = LinkCurve(self.key_pair(name), allowed)
+            if zap:
+                handler = ZapHandler(reactor, context, {})
+                handler.serve(PACK_DOMAIN, allowed)
+                handler.startService()
+        recorder = Recorder()
+        kwargs.setdefault("endpoint", ANY_TCP)
+        node = Zyre(
+            reactor,
+            context,
+            recorder,
+            name=name,
+            curve=curve,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        node.startService()
+
+        def stop() -> None:
+            if node.running:
+                node.stopService()
+            if handler is not None:
+                handler.stopService()
+            context.term()
+
+        self.addCleanup(stop)
+        return node, recorder, handler
+
+    def key(self, name: str) -> bytes:
+        return self.key_pair(name).public
+
+    async def test_listedNodesTalk(self) -> None:
+        """
+        Two CURVE nodes that list each other enter each other (each HELLO
+        naming its key) and whisper both ways.
+        """
+        a, a_events, _ = self.zyre("a", ["b"])
+        b, b_events, _ = self.zyre("b", ["a"])
+        a.node.discovered(b.uuid, b.endpoint, self.key("b"))
+        await until(lambda: b.uuid in a.node.peers and a.uuid in b.node.peers)
+        self.assertEqual(b.node.peers[a.uuid].headers["X-PUBLICKEY"], self.key("a").decode())
+        self.assertEqual(a.node.peers[b.uuid].key, self.key("b"))
+        self.assertTrue(a.whisper(b.uuid, [b"to b"]))
+        self.assertTrue(b.whisper(a.uuid, [b"to a"]))
+        await until(lambda: len(a_events.events) == 2 and len(b_events.events) == 2)
+        self.assertEqual(a_events.events[-1], ("whisper", "b", [b"to a"]))
+        self.assertEqual(b_events.events[-1], ("whisper", "a", [b"to b"]))
+
+    async def test_curveGossip(self) -> None:
+        """
+        CURVE gossip: a client given the server's ENDPOINT|KEY learns the
+        other node's ENDPOINT|KEY tuple, and the two nodes meet.
+        """
+        a, _, _ = self.zyre("a", ["b"], gossip_bind=[ANY_TCP])
+        assert a.gossip is not None
+        server = f"{a.gossip.bound[0]}|{self.key('a').decode()}"
+        b, _, _ = self.zyre("b", ["a"], gossip_connect=[server])
+        await until(lambda: b.uuid in a.node.peers and a.uuid in b.node.peers)
+        assert b.gossip is not None
+        self.assertEqual(
+            b.gossip.table.get(gossip_key(a.uuid)), f"{a.endpoint}|{self.key('a').decode()}"
+        )
+
+    async def test_strangerGetsNothing(self) -> None:
+        """
+        A stranger (its own key, not listed) that lists our key and links to
+        us is refused by our ZAP handler, never enters, and is never linked
+        to; its gossip is refused too.
+        """
+        a, a_events, zap = self.zyre("a", ["b"], gossip_bind=[ANY_TCP])
+        assert zap is not None and a.gossip is not None
+        server = f"{a.gossip.bound[0]}|{self.key('a').decode()}"
+        s, s_events, _ = self.zyre("s", ["a"], gossip_connect=[server])
+        s.node.discovered(a.uuid, a.endpoint, self.key("a"))
+        a.node.discovered(s.uuid, s.endpoint, self.key("s"))
+        await until(lambda: zap.counters["pack peer"].refused >= 2)
+        await settle(0.3)
+        self.assertEqual((a.node.peers, s.node.peers), ({}, {}))
+        self.assertEqual((a_events.events, s_events.events), ([], []))
+        self.assertEqual(a.node.counters.not_listed, 1)
+        self.assertIsNone(a.gossip.table.get(gossip_key(s.uuid)))
+
+    async def test_openNodeAndCurveNodeNeverMeet(self) -> None:
+        """An open node and a CURVE node told of each other never enter each other."""
+        a, _, _ = self.zyre("a", ["b"])
+        o, _, _ = self.zyre("o", None)
+        a.node.discovered(o.uuid, o.endpoint, None)
+        o.node.discovered(a.uuid, a.endpoint, None)
+        await settle(0.3)
+        self.assertEqual((a.node.peers, o.node.peers), ({}, {}))
+        self.assertEqual(a.node.counters.no_key, 1)
+
+    async def test_removedKeyDropped(self) -> None:
+        """
+        A key removed from the list (a SIGHUP reload replaces it) loses its
+        peer at once; what the peer still sends on its connection is
+        dropped, and it does not come back.
+        """
+        a, a_events, _ = self.zyre("a", ["b"])
+        b, _, _ = self.zyre("b", ["a"])
+        a.node.discovered(b.uuid, b.endpoint, self.key("b"))
+        await until(lambda: b.uuid in a.node.peers and a.uuid in b.node.peers)
+        a_events.take()
+        assert a.curve is not None
+        a.curve.allowed.replace({})
+        self.assertEqual((a.node.peers, a_events.take()), ({}, [("exit", "b")]))
+        b.whisper(a.uuid, [b"still here"])
+        b.node.discovered(a.uuid, a.endpoint, self.key("a"))
+        a.node.discovered(b.uuid, b.endpoint, self.key("b"))
+        await settle(0.3)
+        self.assertEqual((a.node.peers, a_events.take()), ({}, []))
+
+    async def test_noZapHandlerAdmitsNobody(self) -> None:
+        """
+        A CURVE inbox whose context has no ZAP handler admits nobody (ZAP's
+        domain is enforced): a missing handler fails closed.
+        """
+        a, _, zap = self.zyre("a", ["b"], zap=False)
+        self.assertIsNone(zap)
+        b, _, _ = self.zyre("b", ["a"])
+        b.node.discovered(a.uuid, a.endpoint, self.key("a"))
+        await settle(0.5)
+        self.assertEqual((a.node.peers, b.node.peers), ({}, {}))
+
+
 class ProbeTests(TestCase):
     """The probe's events and commands, on a real node (without its stdio)."""
 
@@ -318,6 +480,29 @@ class ProbeTests(TestCase):
         self.assertEqual(said[-1]["content"], ["\\xffnot utf-8"])
         commands.run("quit")
         self.assertEqual(quits, [True])
+
+    def test_refusals(self) -> None:
+        """
+        A CURVE probe reports each node it does not let in as REFUSED, with
+        the reason, uuid, endpoint and key, once a minute at most per node.
+        """
+        events: list[dict[str, object]] = []
+        clock = Clock()
+        refusals = ProbeRefusals(events.append, clock)
+        for _ in range(3):
+            refusals("not listed", b"\x01" * 16, "tcp://10.0.0.9:1", b"K" * 40)
+        refusals("no key", b"\x02" * 16, "tcp://10.0.0.8:2", None)
+        clock.advance(REFUSED_INTERVAL)
+        refusals("not listed", b"\x01" * 16, "tcp://10.0.0.9:1", b"K" * 40)
+        self.assertEqual(
+            [(e["event"], e["why"], e["key"]) for e in events],
+            [
+                ("REFUSED", "not listed", "K" * 40),
+                ("REFUSED", "no key", None),
+                ("REFUSED", "not listed", "K" * 40),
+            ],
+        )
+        self.assertEqual(events[1]["endpoint"], "tcp://10.0.0.8:2")
 
     def test_parse(self) -> None:
         """The probe needs a beacon interface or an endpoint; headers are KEY=VALUE."""

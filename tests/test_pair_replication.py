@@ -2,11 +2,14 @@
 Tests for L{malamute_pack.pair.replication}: an active's journal replicated
 to a passive's, with real journals (real SQLite files, the real reactor
 and threads) joined by an in-memory link that carries every message
-through the pair codec.
+through the pair codec: records and letters, and the owners of addresses,
+stream deletes, retention changes and the clients' security state, live
+and in catch-ups from scratch and incremental ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable, Coroutine
 from contextlib import closing
@@ -17,13 +20,23 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
+from twisted.logger import formatEvent
 from twisted.trial.unittest import TestCase
 
-from malamute_pack.journal import Journal, JournalError
-from malamute_pack.pair.replication import History, Replica, ReplicationSource, set_state
+from malamute_pack.journal import Journal, JournalError, RetentionPolicy
+from malamute_pack.pair.replication import (
+    History,
+    Replica,
+    ReplicationSource,
+    security_state,
+    set_state,
+)
 from malamute_pack.protocol import pair as wire
+from tests.support import capture_log
 
 CLOCK: IReactorTime = reactor
+# The command byte of a SHIP (the header's fourth byte).
+SHIP = 4
 
 
 class Link:
@@ -56,6 +69,18 @@ class Link:
         waiting, self.waiting = self.waiting, []
         for frames in waiting:
             CLOCK.callLater(0, self._deliver, wire.decode(frames))
+
+    def ships_first(self) -> int:
+        """
+        Let the SHIPs waiting overtake the catch-up's ITEMS (all but the
+        first message, CATCHUP_BEGIN): what a SHIP sent while the ITEMS
+        were still being read looks like. How many SHIPs there were.
+        """
+        frames = self.waiting
+        ships = [i for i, f in enumerate(frames) if f[0][3] == SHIP]
+        rest = [f for i, f in enumerate(frames) if i and i not in ships]
+        self.waiting = [frames[0], *(frames[i] for i in ships), *rest]
+        return len(ships)
 
 
 class Pair:
@@ -90,8 +115,8 @@ def _letters(path: Path) -> list[int]:
     return [row[0] for row in _rows(path, "SELECT id FROM queued_messages ORDER BY id")]
 
 
-class ReplicationTests(TestCase):
-    """Replication between two real journals."""
+class JournalPairCase(TestCase):
+    """Real journals for a test, and the ways to wait on them."""
 
     def journal(self, name: str) -> Journal:
         journal = Journal(Path(self.mktemp()) / f"{name}.sqlite", CLOCK)
@@ -124,6 +149,10 @@ class ReplicationTests(TestCase):
             )
             ids.append(record.id)
         return ids
+
+
+class ReplicationTests(JournalPairCase):
+    """Replication between two real journals."""
 
     def test_fresh_partner_gets_everything(self) -> Deferred[None]:
         """
@@ -239,7 +268,8 @@ class ReplicationTests(TestCase):
     def test_incremental_catch_up(self) -> Deferred[None]:
         """
         A partner that follows the same history and has part of it gets
-        only what it lacks: the catch-up sends the later records alone.
+        only what it lacks: the catch-up sends the later records alone
+        (besides the state in force: retention, owners).
         """
 
         async def run() -> None:
@@ -265,6 +295,7 @@ class ReplicationTests(TestCase):
                 for message in pair.to_passive.sent
                 if isinstance(message, wire.Items)
                 for change in message.changes
+                if type(change) is tuple
             ]
             self.assertEqual(len(shipped), 50)
             begin = next(m for m in pair.to_passive.sent if isinstance(m, wire.CatchupBegin))
@@ -351,14 +382,7 @@ class ReplicationTests(TestCase):
             active.remove_queued(ids[2])
             await active.flush()
             # The removal's SHIP overtakes the ITEMS that carry the letter.
-            ship = [i for i, f in enumerate(pair.to_passive.waiting) if f[0][2] == 4]
-            frames = pair.to_passive.waiting
-            order = (
-                [frames[0]]
-                + [frames[i] for i in ship]
-                + [f for i, f in enumerate(frames) if i and i not in ship]
-            )
-            pair.to_passive.waiting = order
+            self.assertEqual(pair.to_passive.ships_first(), 1)
             pair.to_passive.release()
             await self.until(lambda: pair.source.in_sync)
             await passive.flush()
@@ -448,5 +472,255 @@ class ReplicationTests(TestCase):
             self.assertGreater(seq, 10 + 1)
             letter = passive.store_queued("mailbox", "b", "s", "x", "", None, [b""], results.append)
             self.assertGreater(letter.id, 4)
+
+        return self.run_async(run())
+
+
+SECURITY = wire.ClientSecurity(
+    {"alice": "wonderland", "bob": "builder"},
+    None,
+    {"write": {"alice": ["prices.*"], "bob": ["prices.*"]}, "role": {"admin": ["admin"]}},
+)
+REVOKED = wire.ClientSecurity(
+    {"alice": "wonderland", "bob": "builder"},
+    None,
+    {"write": {"alice": ["prices.*"]}, "role": {"admin": ["admin"]}},
+)
+
+
+def _owners(path: Path) -> list[tuple[str, str, float]]:
+    return _rows(path, "SELECT address, user, claimed FROM address_owners ORDER BY address")
+
+
+class ChangeReplicationTests(JournalPairCase):
+    """
+    Owner claims, stream deletes, retention changes and the clients'
+    security state between two real journals: shipped in the order of
+    writes, and sent again whole by every catch-up.
+    """
+
+    def pair(self, active: Journal, passive: Journal) -> tuple[Pair, list[wire.ClientSecurity]]:
+        """A pair whose source's security state is C{self.security}; what the replica installs."""
+        self.security: wire.ClientSecurity | None = SECURITY
+        pair = Pair(active, passive, History("e1"), sync=True)
+        pair.source.security = lambda: self.security
+        installed: list[wire.ClientSecurity] = []
+        pair.replica.on_security = installed.append
+        return pair, installed
+
+    async def in_sync(self, pair: Pair, active: Journal, passive: Journal) -> None:
+        """Wait until the partner has acknowledged everything written so far, on its disk."""
+        await active.flush()
+        await self.until(lambda: pair.source.in_sync and pair.source.acked >= active.handed)
+        await passive.flush()
+
+    def test_changes_shipped_in_order(self) -> Deferred[None]:
+        """
+        Once in sync, a claim, a stream delete, a retention change and a
+        security reload on the active are shipped in the order they were
+        made, among the records, and applied on the passive: the same
+        owners, the stream's records gone there too (later ones kept), the
+        active's retention in force, the security state installed; the
+        positions stay in step (no gap).
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair, installed = self.pair(active, passive)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            self.assertEqual(installed, [SECURITY])  # the catch-up's
+            self.write(active, "gone", 10)
+            active.save_owner("alice", "alice", 5.0)
+            deleted = active.delete_stream("gone")
+            config = active.config
+            active.set_retention(
+                dataclasses.replace(
+                    config, per_stream_retention={"kept": RetentionPolicy(max_count=3)}
+                )
+            )
+            active.pass_to_partner(REVOKED)
+            self.write(active, "gone", 2, subject="after")
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(await deleted, (10, 10 * 6))
+            kinds = [
+                type(change).__name__
+                for message in pair.to_passive.sent
+                if isinstance(message, wire.Ship)
+                for change in message.changes
+                if type(change) is not tuple
+            ]
+            self.assertEqual(
+                kinds, ["OwnerClaimed", "StreamDeleted", "Retention", "ClientSecurity"]
+            )
+            self.assertEqual(_owners(passive.path), [("alice", "alice", 5.0)])
+            self.assertEqual([s for _, s, _ in _stream(passive.path, "gone")], ["after"] * 2)
+            self.assertEqual(_stream(passive.path, "gone"), _stream(active.path, "gone"))
+            self.assertEqual(
+                _rows(passive.path, "SELECT message_count FROM streams WHERE stream = 'gone'"),
+                [(2,)],
+            )
+            self.assertEqual(passive.config.retention_for("kept"), RetentionPolicy(max_count=3))
+            self.assertEqual(passive.first_seq("gone"), 11)
+            self.assertEqual(installed, [SECURITY, REVOKED])
+            self.assertEqual(pair.replica.stats.gaps, 0)
+
+        return self.run_async(run())
+
+    def test_full_catch_up_sends_the_state(self) -> Deferred[None]:
+        """
+        A passive with an empty journal catching up from scratch gets the
+        whole owners table (more than one page of it), no record of a
+        stream deleted before, the retention and security state in force.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            claims = [(f"box-{i:04d}", f"user-{i % 7}", float(i)) for i in range(1234)]
+            for claim in claims:
+                active.save_owner(*claim)
+            self.write(active, "gone", 5)
+            self.write(active, "kept", 5)
+            active.delete_stream("gone")
+            active.set_retention(
+                dataclasses.replace(active.config, retention=RetentionPolicy(max_count=50))
+            )
+            await active.flush()
+            pair, installed = self.pair(active, passive)
+            pair.replica.hello()
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(_owners(passive.path), sorted(claims))
+            pages = [
+                change
+                for message in pair.to_passive.sent
+                if isinstance(message, wire.Items)
+                for change in message.changes
+                if isinstance(change, wire.OwnersPage)
+            ]
+            self.assertEqual([len(page.claims) for page in pages], [500, 500, 234])
+            self.assertEqual(_stream(passive.path, "gone"), [])
+            self.assertEqual(len(_stream(passive.path, "kept")), 5)
+            self.assertEqual(passive.config.retention, RetentionPolicy(max_count=50))
+            self.assertEqual(installed, [SECURITY])
+
+        return self.run_async(run())
+
+    def test_incremental_catch_up_sends_the_state(self) -> Deferred[None]:
+        """
+        A passive that follows the active's history and was away while the
+        active took claims, deleted a stream, had records pruned by
+        retention and reloaded its security files gets all of it in an
+        incremental catch-up: the active's owners table exactly (an owner
+        the active no longer has goes), nothing below each stream's first
+        retained record, the retention and security state in force.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair, installed = self.pair(active, passive)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            active.save_owner("alice", "alice", 1.0)
+            self.write(active, "gone", 5)
+            self.write(active, "pruned", 10)
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(len(_stream(passive.path, "pruned")), 10)
+            # The passive goes away; the active goes on alone.
+            pair.to_passive.cut = True
+            pair.source.partner_gone()
+            active.save_owner("bob", "bob", 2.0)
+            active.delete_stream("gone")
+            active.set_retention(
+                dataclasses.replace(
+                    active.config, per_stream_retention={"pruned": RetentionPolicy(max_count=4)}
+                )
+            )
+            self.assertEqual(await active.prune(), 6)
+            self.write(active, "pruned", 1, subject="later")
+            self.security = REVOKED
+            # An owner the active does not have (freed there while it was stopped).
+            await passive.execute(
+                [("INSERT INTO address_owners VALUES ('stale', 'mallory', 0.0)", ())]
+            )
+            await active.flush()
+            pair.to_passive.cut = False
+            pair.to_passive.sent.clear()
+            pair.replica.hello()
+            await self.in_sync(pair, active, passive)
+            begin = next(m for m in pair.to_passive.sent if isinstance(m, wire.CatchupBegin))
+            self.assertEqual(begin.mode, wire.INCREMENTAL)
+            self.assertEqual(begin.firsts, {"gone": 6, "pruned": 7})
+            self.assertEqual(_owners(passive.path), [("alice", "alice", 1.0), ("bob", "bob", 2.0)])
+            self.assertEqual(_stream(passive.path, "gone"), [])
+            self.assertEqual(_stream(passive.path, "pruned"), _stream(active.path, "pruned"))
+            self.assertEqual(
+                [seq for seq, _, _ in _stream(passive.path, "pruned")], [7, 8, 9, 10, 11]
+            )
+            self.assertEqual(
+                _rows(passive.path, "SELECT stream, message_count FROM streams ORDER BY stream"),
+                [("gone", 0), ("pruned", 5)],
+            )
+            self.assertEqual(passive.config.retention_for("pruned"), RetentionPolicy(max_count=4))
+            self.assertEqual(installed, [SECURITY, REVOKED])
+
+        return self.run_async(run())
+
+    def test_changes_during_catch_up_win(self) -> Deferred[None]:
+        """
+        A claim and a stream delete shipped while the catch-up's older
+        copies (the owners page, the records) are still on the way are not
+        undone by those copies: the passive ends with the new owner and
+        without the records.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            active.save_owner("box", "alice", 5.0)
+            self.write(active, "gone", 10)
+            await active.flush()
+            pair, _ = self.pair(active, passive)
+            pair.to_passive.held = True
+            pair.replica.hello()
+            await self.until(
+                lambda: any(isinstance(m, wire.CatchupEnd) for m in pair.to_passive.sent)
+            )
+            active.save_owner("box", "carol", 4.0)  # an earlier claim learned from a peer
+            active.delete_stream("gone")
+            await active.flush()
+            self.assertEqual(pair.to_passive.ships_first(), 1)
+            pair.to_passive.release()
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(_owners(passive.path), [("box", "carol", 4.0)])
+            self.assertEqual(_stream(passive.path, "gone"), [])
+
+        return self.run_async(run())
+
+    def test_unknown_right_not_installed(self) -> Deferred[None]:
+        """
+        A security state naming a right this broker does not know is
+        logged and not installed; replication goes on.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair, _ = self.pair(active, passive)
+            events = capture_log(self)
+            installed: list[object] = []
+
+            def install(change: wire.ClientSecurity) -> None:
+                installed.append(security_state(change))
+
+            pair.replica.on_security = install
+            self.security = wire.ClientSecurity(None, None, {"fly": {"alice": ["*"]}})
+            pair.replica.hello()
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(installed, [])
+            self.assertTrue(
+                any("right 'fly'" in formatEvent(e) for e in events),
+                [formatEvent(e) for e in events],
+            )
+            self.write(active, "s", 3)
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(len(_stream(passive.path, "s")), 3)
 
         return self.run_async(run())

@@ -7,24 +7,39 @@ real journals and raw client peers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import zmq
 from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
+from twisted.logger import formatEvent
+from twisted.python import usage
 from twisted.trial.unittest import TestCase
 
+from malamute_pack.bench.brokerprocess import checkout_environment
 from malamute_pack.broker.broker import Broker, BrokerConfig
+from malamute_pack.journal.journal import Journal, Recovered
+from malamute_pack.journal.service import JournalService
+from malamute_pack.ops.service import OperationsService
 from malamute_pack.pair.check import current_state
 from malamute_pack.pair.gate import NOT_ACTIVE, ClientGate
 from malamute_pack.pair.machine import State
-from malamute_pack.pair.service import PairService
+from malamute_pack.pair.service import EXIT_YIELDED, PairService
 from malamute_pack.protocol import mlm
 from malamute_pack.protocol import pair as wire
 from malamute_pack.settings import PairSettings, Settings
 from malamute_pack.tap import makeBrokerService
-from tests.e2e_support import Peer, clock, ipc_endpoint, settle, the_reactor
+from malamute_pack.transport.curve import load_client_keys, write_certificates
+from malamute_pack.transport.zap import ZapHandler
+from tests.e2e_support import Peer, clock, ipc_endpoint, settle, the_reactor, until
 from tests.memory_session import InMemorySession, Said
+from tests.support import capture_log
 
 
 class Member:
@@ -52,6 +67,7 @@ class Member:
 
     def start(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
         self.service = makeBrokerService(self.settings, the_reactor(), context)
+        self.stop_as_reactor(self.service)
         self.service.startService()
         self.case.addCleanup(self.stop)
 
@@ -59,6 +75,49 @@ class Member:
         service, self.service = self.service, None
         if service is not None and service.running:
             await service.stopService()
+
+    @property
+    def journal(self) -> Journal:
+        assert self.service is not None
+        service = self.service.getServiceNamed("journal")
+        assert isinstance(service, JournalService)
+        return service.journal
+
+    def stop_as_reactor(self, service: MultiService) -> None:
+        """
+        Have this broker stop itself (L{PairService.stop_broker}) as the
+        reactor's shutdown stops a broker process, without stopping this
+        test's reactor nor ending its process: on the next turn, every
+        service stops (L{stopping} fires when they all have). The statuses
+        asked for accumulate in L{exit_statuses}.
+        """
+        self.exit_statuses: list[int] = []
+        self.stopping: Deferred[object] = Deferred()
+
+        def stop(status: int) -> None:
+            self.exit_statuses.append(status)
+            if len(self.exit_statuses) == 1:
+                clock().callLater(0, stop_services, service, self.stopping)
+
+        pair = service.getServiceNamed("pair")
+        assert isinstance(pair, PairService)
+        pair.stop_broker = stop
+
+
+def stop_services(service: MultiService, stopped: Deferred[object]) -> None:
+    """Stop C{service}, as a reactor's shutdown does; C{stopped} fires once it has."""
+    stopping = service.stopService()
+    assert isinstance(stopping, Deferred)
+    stopping.chainDeferred(stopped)
+
+
+def journal_threads() -> set[threading.Thread]:
+    """The live threads of every journal of this process (writers and readers)."""
+    return {
+        t
+        for t in threading.enumerate()
+        if t.name == "journal-writer" or t.name.startswith("PoolThread-journal-reader")
+    }
 
 
 class PairServiceTests(TestCase):
@@ -77,17 +136,15 @@ class PairServiceTests(TestCase):
         self.addCleanup(peer.close)
         return peer
 
-    async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
-        deadline = clock().seconds() + timeout
-        while not condition():
-            if clock().seconds() > deadline:
-                self.fail("condition not met in time")
-            await settle(0.02)
-
-    async def started(self) -> None:
+    async def started(self) -> set[threading.Thread]:
+        """
+        Start both; once the pair formed, the journal threads of the
+        process before the backup started (the primary's).
+        """
         self.primary.start(self.context)
+        others = journal_threads()
         self.backup.start(self.context)
-        await self.until(
+        await until(
             lambda: (
                 self.primary.pair.machine.state is State.ACTIVE
                 and self.backup.pair.replica is not None
@@ -96,6 +153,7 @@ class PairServiceTests(TestCase):
                 and self.primary.pair.source.in_sync
             )
         )
+        return others
 
     async def test_passiveRefusesClients(self) -> None:
         """
@@ -173,7 +231,7 @@ class PairServiceTests(TestCase):
         stored = await client.next()
         assert isinstance(stored, mlm.Stored)
         self.primary.start(self.context)
-        await self.until(
+        await until(
             lambda: self.primary.pair.replica is not None and self.primary.pair.replica.in_sync
         )
         self.assertIs(self.primary.pair.machine.state, State.PASSIVE)
@@ -221,6 +279,97 @@ class PairServiceTests(TestCase):
         self.assertIs(primary.machine.state, State.ACTIVE)
         self.assertTrue(primary.source is not None and primary.source.in_sync)
 
+    async def stopsCleanly(self, stopping: Deferred[Any], others: set[threading.Thread]) -> None:
+        """
+        C{stopping}, the backup's stop (with a takeover under way), fires
+        within 10 s; when it does (where a broker process's reactor ends its
+        main loop) the backup's journal is closed and no thread of it runs
+        (no journal thread but C{others}, the primary's); 0.3 s later
+        neither (nothing opened it again); the backup never served.
+        """
+        journal = self.backup.journal
+        self.addCleanup(journal.close)  # whatever a failed check leaves open
+        seen: list[tuple[bool, set[threading.Thread]]] = []
+        stopping.addCallback(lambda _: seen.append((journal.is_open, journal_threads())))
+        await until(lambda: bool(seen))
+        await settle(0.3)
+        for is_open, alive in (*seen, (journal.is_open, journal_threads())):
+            self.assertEqual(
+                (is_open, sorted(t.name for t in alive - others)),
+                (False, []),
+                "the backup's journal open, or its threads running",
+            )
+        self.assertFalse(self.backup.pair.gate.is_open)
+
+    async def test_yieldDuringTakeoverStops(self) -> None:
+        """
+        A stranger's DEALER at the passive backup's open pair link sends a
+        forged heartbeat of the primary starting again, then one of it
+        active: the backup takes over (its journal closing, to open again
+        as the successor) and, hearing an active primary, yields while its
+        takeover is under way: it stops itself with L{EXIT_YIELDED}, and
+        its stop waits for the takeover, which gives up without opening
+        the journal again: the journal is closed and its threads gone when
+        the broker's services have stopped (a broker process whose reactor
+        stopped there exits).
+        """
+        others = await self.started()
+        stranger = self.context.socket(zmq.DEALER)
+        stranger.setsockopt(zmq.LINGER, 0)
+        self.addCleanup(stranger.close)
+        bind = self.backup.settings.pair.bind
+        assert bind is not None
+        stranger.connect(bind)
+        for forged in (
+            wire.Heartbeat("primary", "starting", False, "stranger", "", 0, False),
+            wire.Heartbeat("primary", "active", True, "stranger", "forged", 1, True),
+        ):
+            stranger.send_multipart(wire.encode(forged))
+        await self.stopsCleanly(self.backup.stopping, others)
+        self.assertEqual(self.backup.exit_statuses, [EXIT_YIELDED])
+
+    async def test_stopDuringTakeoverClose(self) -> None:
+        """
+        The backup's services stop (SIGTERM) while its takeover is closing
+        its journal: the stop waits for that close, and the takeover does
+        not open the journal again.
+        """
+        others = await self.started()
+        self.backup.pair.link.pauseReading()  # no yield to the primary's heartbeats
+        self.backup.pair._received(
+            wire.Heartbeat("primary", "starting", False, "restarted", "", 0, False)
+        )
+        self.assertIs(self.backup.pair.machine.state, State.ACTIVE)
+        assert self.backup.service is not None
+        stopped: Deferred[object] = Deferred()
+        stop_services(self.backup.service, stopped)
+        await self.stopsCleanly(stopped, others)
+
+    async def test_stopDuringTakeoverReopen(self) -> None:
+        """
+        The backup's services stop (SIGTERM) once its takeover has opened
+        the journal again, while it records the new history there: the
+        takeover goes no further (no model restored, no gate opened) and
+        the journal closes.
+        """
+        others = await self.started()
+        journal = self.backup.journal
+        stopped: Deferred[object] = Deferred()
+        real_open = journal.open
+
+        def open_then_stop(*, takeover: bool = False) -> Recovered:
+            found = real_open(takeover=takeover)
+            assert self.backup.service is not None
+            clock().callLater(0, stop_services, self.backup.service, stopped)
+            return found
+
+        self.patch(journal, "open", open_then_stop)
+        self.backup.pair.link.pauseReading()  # no yield to the primary's heartbeats
+        self.backup.pair._received(
+            wire.Heartbeat("primary", "starting", False, "restarted", "", 0, False)
+        )
+        await self.stopsCleanly(stopped, others)
+
     async def test_partitionAloneMakesNoSecondActive(self) -> None:
         """
         With the partner silent but no client turning to it, a passive
@@ -233,6 +382,190 @@ class PairServiceTests(TestCase):
         self.assertIs(self.primary.pair.machine.state, State.ACTIVE)
         served = self.peer(self.primary)
         self.assertEqual(await served.command(mlm.ConnectionOpen(version=2)), mlm.Ok())
+
+
+class CurvePairServiceTests(TestCase):
+    """
+    Two brokers of a CURVE pair (C{--pair-key}, C{--curve-secret}) in one
+    process, each on a ZeroMQ context of its own: each has its own ZAP
+    handler, as a broker process has.
+    """
+
+    def setUp(self) -> None:
+        self.logged = capture_log(self)
+        self.contexts: list[zmq.Context[zmq.Socket[bytes]]] = []
+        for _ in range(3):  # the primary's, the backup's, the clients'
+            context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+            self.addCleanup(context.term)
+            self.contexts.append(context)
+        base = Path(self.mktemp())
+        self.keys = {n: write_certificates(base / "keys", n) for n in ("a", "b", "other")}
+        link_a, link_b = ipc_endpoint(), ipc_endpoint()
+        self.primary = self.member("primary", link_a, link_b, base / "a", "a", "b")
+        self.backup = self.member("backup", link_b, link_a, base / "b", "b", "a")
+
+    def member(
+        self, role: str, bind: str, connect: str, data: Path, own: str, partner: str
+    ) -> Member:
+        member = Member(self, role, bind, connect, data)
+        member.settings = dataclasses.replace(
+            member.settings,
+            curve_secret=self.keys[own][1],
+            pair=dataclasses.replace(member.settings.pair, key=self.keys[partner][0]),
+        )
+        return member
+
+    def peer(self, member: Member) -> Peer:
+        peer = Peer(self.contexts[2], member.endpoint)
+        self.addCleanup(peer.close)
+        return peer
+
+    async def test_curvePairReplicatesAndFailsOver(self) -> None:
+        """
+        Brokers given each other's public certificate form the pair over
+        CURVE (each link's status says so, with the partner's key, in the
+        pair's stats too, and each logs it at start); a letter STORED by
+        the active is delivered by the passive once it took over.
+        """
+        self.primary.start(self.contexts[0])
+        self.backup.start(self.contexts[1])
+        await until(
+            lambda: (
+                self.primary.pair.source is not None
+                and self.primary.pair.source.in_sync
+                and self.backup.pair.replica is not None
+                and self.backup.pair.replica.in_sync
+            )
+        )
+        b_public = load_client_keys(self.keys["b"][0])
+        link = self.primary.pair.link.status()
+        self.assertEqual((link.security, link.partner_key.encode()), ("curve", *b_public))
+        self.assertIn(
+            f"pair link: CURVE, admitting only the partner key {link.partner_key}"
+            f" (--pair-key {self.keys['b'][0]})",
+            [formatEvent(e) for e in self.logged],
+        )
+        operations = self.primary.service.getServiceNamed("operations")  # type: ignore[union-attr]
+        assert isinstance(operations, OperationsService)
+        self.assertEqual(operations.statistics.pair_status()["link"]["security"], "curve")
+        sender = self.peer(self.primary)
+        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
+        sender.send(mlm.MailboxSend("box", "hello", "", 0, [b"body"]))
+        stored = await sender.next()
+        assert isinstance(stored, mlm.Stored)
+        self.assertEqual(stored.status_code, mlm.SUCCESS)
+        await self.primary.stop()
+        await settle(0.3)
+        receiver = self.peer(self.backup)
+        self.assertEqual(
+            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
+        )
+        record = await receiver.next()
+        assert isinstance(record, mlm.MailboxRecord)
+        self.assertEqual((record.id, record.content), (stored.id, [b"body"]))
+
+    async def test_wrongPartnerKeyFormsNoPair(self) -> None:
+        """
+        A backup whose --pair-key names another broker's certificate forms
+        no pair: its ZAP refuses the primary's key; its own DEALER, trusting
+        the other key, fails its CURVE handshake with the primary (counted
+        by the primary's link); neither hears the other, and the backup
+        never becomes passive.
+        """
+        self.backup.settings = dataclasses.replace(
+            self.backup.settings,
+            pair=dataclasses.replace(self.backup.settings.pair, key=self.keys["other"][0]),
+        )
+        self.primary.start(self.contexts[0])
+        self.backup.start(self.contexts[1])
+        zap = self.backup.service.getServiceNamed("zap")  # type: ignore[union-attr]
+        assert isinstance(zap, ZapHandler)
+        link = self.primary.pair.link
+
+        def refused() -> bool:
+            status = link.status()
+            return (
+                zap.counters["pair partner"].refused >= 1
+                and status.refused_handshakes + status.broken_off >= 1
+            )
+
+        await until(refused)
+        await settle(0.5)
+        self.assertIs(self.backup.pair.machine.state, State.STARTING)
+        self.assertFalse(self.backup.pair.machine.partner_alive(clock().seconds()))
+        self.assertFalse(self.primary.pair.machine.partner_alive(clock().seconds()))
+
+    def test_severalPartnerKeysRefused(self) -> None:
+        """
+        A --pair-key file that lists two keys is refused at start, saying
+        so: the link trusts one partner key, as its DEALER's server key.
+        """
+        listed = self.primary.settings.data_dir.parent / "two.keys"
+        listed.write_text(
+            "".join(
+                f"{name} = {key.decode()}\n"
+                for name in ("a", "b")
+                for key in load_client_keys(self.keys[name][0])
+            )
+        )
+        self.primary.settings = dataclasses.replace(
+            self.primary.settings,
+            pair=dataclasses.replace(self.primary.settings.pair, key=listed),
+        )
+        with self.assertRaises(usage.UsageError) as raised:
+            makeBrokerService(self.primary.settings, the_reactor(), self.contexts[0])
+        self.assertIn(f"--pair-key {listed} lists 2", str(raised.exception))
+
+
+def run_exiting(code: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run C{code} in a Python process of its own: how it ended, and in how many seconds."""
+    started = time.monotonic()
+    ran = subprocess.run(
+        [sys.executable, "-c", code],
+        env=checkout_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60.0,
+    )
+    return ran, time.monotonic() - started
+
+
+class ExitWhenStoppedTests(TestCase):
+    """
+    How a broker that stopped itself ends its process
+    (L{malamute_pack.pair.service.exit_when_stopped}), in a child process.
+    """
+
+    def test_exitsWithStatus(self) -> None:
+        """
+        A process that stops cleanly after it was called (twistd returned)
+        exits with the status given, not 0, at once (not at the watchdog's
+        time), its output flushed.
+        """
+        ran, took = run_exiting(
+            "from malamute_pack.pair.service import exit_when_stopped;"
+            " exit_when_stopped(75, 30.0); print('flushed', end='')"
+        )
+        self.assertEqual((ran.returncode, ran.stdout, ran.stderr), (75, "flushed", ""))
+        self.assertLess(took, 20.0)
+
+    def test_watchdogEndsStuckProcess(self) -> None:
+        """
+        A process that cannot exit (a thread that never ends, as a
+        journal's reader pool left running did) is ended by the watchdog
+        after the grace: the status given, and a line on stderr saying so.
+        """
+        ran, took = run_exiting(
+            "import threading; from malamute_pack.pair.service import exit_when_stopped;"
+            " exit_when_stopped(75, 0.5); threading.Thread(target=threading.Event().wait).start()"
+        )
+        self.assertEqual(ran.returncode, 75)
+        self.assertIn(
+            "pair: the broker stopped itself 0.5 s ago and has not exited (a stop that never"
+            " finished): exiting now with status 75",
+            ran.stderr,
+        )
+        self.assertLess(took, 20.0)
 
 
 class ClientGateTests(TestCase):

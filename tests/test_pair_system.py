@@ -7,8 +7,10 @@ address) under load. What the pair promises, checked end to end: a kill -9
 of the active loses nothing acknowledged (letters STORED 200, requests
 STORED 200, appends STREAM_APPENDED), the old active rejoins as passive
 and catches up, a cut pair link alone makes no second active, a restarted
-passive catches up what the active did alone, and a floating address
-moved to the new active serves unchanged single-endpoint clients.
+passive catches up what the active did alone, a floating address moved to
+the new active serves unchanged single-endpoint clients, and a backup made
+a second active (a stranger's forged messages on its open pair link) stops
+itself and exits, as it does on SIGTERM in the middle of a catch-up.
 
 Needs root and iproute2 (skipped otherwise), and is slow
 (C{MALAMUTE_SKIP_SLOW=1} skips it). Support: ``tests/pair_system_support.py``.
@@ -16,16 +18,24 @@ Needs root and iproute2 (skipped otherwise), and is slow
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from collections.abc import Sequence
 from time import monotonic, sleep
 from typing import Any, ClassVar
 
+import zmq
+
+from malamute_pack.bench.brokerprocess import checkout_environment, python_command
+from malamute_pack.pair.service import EXIT_GRACE_S, EXIT_YIELDED
 from tests.pair_system_support import (
     ACTIVE,
     CAUGHT_UP,
     CLIENT_SUBNET,
     IN_SYNC,
+    PAIR_PORT,
+    PAIR_SUBNET,
     PASSIVE,
     PORT,
     SILENT,
@@ -380,3 +390,83 @@ class PairFloatingAddressTests(PairSystemCase):
             f"{summary}\n{self.logs()}",
         )
         print(f"\nfloating address ({told}): {summary}, going again within {resumed:.1f}s")
+
+
+# The stranger of tests/test_system_pair_curve.py: for two seconds, forged
+# pair messages (the primary restarted, SHIPs, the primary active).
+STRANGER = "from tests.test_system_pair_curve import stranger_main; stranger_main()"
+# What a backup that yields logs (malamute_pack/pair/service.py), and its
+# watchdog if the process outlives the stop.
+YIELDS = f"it stops serving now and exits (status {EXIT_YIELDED})"
+WATCHDOG = "has not exited"
+CLEAN_EXIT = "Main loop terminated."
+
+
+class PairSecondActiveTests(PairSystemCase):
+    """The passive is made a second active: it stops itself, and the process ends."""
+
+    PREFIXES: ClassVar[dict[str, str]] = {"test_strangerMakesBackupStopItself": "mpp6"}
+
+    def test_strangerMakesBackupStopItself(self) -> None:
+        """
+        A stranger on h1 (not its broker) sends h2, the passive backup,
+        forged pair messages at its open --pair-bind: h2 takes over, hears
+        an active primary and stops itself, its takeover under way. The
+        process exits by itself with status EXIT_YIELDED, its main loop
+        terminated and before its watchdog had to end it (a broker process
+        that lingered there, its journal's reader thread left running,
+        ignored SIGTERM); h1 goes on. While h2 is down, h1 takes 50,000
+        appended records; h2 restarted on its data directory comes back
+        passive, and SIGTERMed in the middle of that catch-up stops cleanly;
+        started again it catches up.
+        """
+        self.start_pair()
+        backup = self.broker(2)
+        job = {
+            "endpoint": f"tcp://{PAIR_SUBNET}.2:{PAIR_PORT}",
+            "server_key": zmq.curve_keypair()[0].decode("ascii"),  # no broker's
+        }
+        stranger = subprocess.Popen(
+            python_command(self.lan.hosts[0].name, "-c", STRANGER, json.dumps(job)),
+            env=checkout_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.addCleanup(stranger.wait)
+        self.addCleanup(stranger.kill)
+        started = monotonic()
+        yielded: float | None = None
+        while backup.alive() and monotonic() - started < 30.0:
+            if yielded is None and YIELDS in backup.run_log():
+                yielded = monotonic()
+            sleep(0.02)
+        log = backup.run_log()
+        self.assertFalse(backup.alive(), f"h2 did not exit after stopping itself\n{self.logs()}")
+        assert backup.process is not None
+        exited = monotonic()
+        took = exited - (exited if yielded is None else yielded)  # None: gone within a poll
+        self.assertEqual(backup.process.returncode, EXIT_YIELDED, self.logs())
+        self.assertIn(YIELDS, log)
+        self.assertIn(CLEAN_EXIT, log)
+        self.assertNotIn(WATCHDOG, log)
+        self.assertLess(took, EXIT_GRACE_S)
+        self.assertTrue(self.broker(1).alive())
+        self.assertNotIn("stops serving", self.broker(1).run_log())
+        # h1 alone takes what h2 must catch up.
+        fill = self.client(
+            "fill", kind="append", endpoints=[self.endpoint(1)], stream="fill", prefix="f-",
+            records=1000, count=50,
+        )  # fmt: skip
+        self.assertEqual(len([r for r in fill.records(120.0) if "first" in r]), 50)
+        backup.start(timeout=30.0)
+        backup.wait_log(PASSIVE, 30.0)
+        midway = CAUGHT_UP not in backup.run_log()
+        backup.stop(timeout=20.0)  # SIGTERM: raises unless it stopped cleanly
+        in_sync = self.broker(1).run_log().count(IN_SYNC)
+        backup.start(timeout=30.0)
+        self.wait_logs([(2, CAUGHT_UP), (1, IN_SYNC, in_sync + 1)], 60.0, "h2 did not catch up")
+        self.assertNotIn(ACTIVE, backup.run_log(), "the restarted h2 went active")
+        print(
+            f"\nh2 exited {took:.2f}s after it stopped itself;"
+            f" SIGTERM {'in the middle of' if midway else 'after'} its catch-up: stopped cleanly"
+        )

@@ -35,6 +35,7 @@ from malamute_pack.protocol.packlink import (
     LinkMessage,
     MalformedLink,
     Offer,
+    Owner,
     Sync,
     Uninterest,
 )
@@ -52,50 +53,51 @@ TYPE_NAMES: dict[type[LinkMessage], str] = {
     packlink.Letter: "LETTER",
     packlink.Answer: "ANSWER",
     packlink.Confirm: "CONFIRM",
+    packlink.Owner: "OWNER",
 }
 
 # (name, message, frames as hex), written out by hand from the layout:
-# AA A3 | id | version 01 | fields (string: length byte + UTF-8; numbers
+# AA A3 | id | version 02 | fields (string: length byte + UTF-8; numbers
 # big-endian), then the content frames of FORWARD and LETTER.
 VECTORS: list[tuple[str, LinkMessage, list[str]]] = [
-    ("sync", Sync("pack-a"), ["aa a3 01 01  06 7061636b2d61  0001"]),
-    ("sync empty", Sync("", 0), ["aa a3 01 01  00  0000"]),
+    ("sync", Sync("pack-a"), ["aa a3 01 02  06 7061636b2d61  0002"]),
+    ("sync empty", Sync("", 0), ["aa a3 01 02  00  0000"]),
     # Lengths count UTF-8 bytes: e-acute is two, the euro sign three.
-    ("sync utf-8", Sync("\u00e9\u20ac", 0x0102), ["aa a3 01 01  05 c3a9 e282ac  0102"]),
+    ("sync utf-8", Sync("\u00e9\u20ac", 0x0102), ["aa a3 01 02  05 c3a9 e282ac  0102"]),
     (
         "interest earliest with history",
         Interest("weather", "temp.*", EARLIEST, 0, 1),
-        ["aa a3 02 01  07 77656174686572  06 74656d702e2a  01  0000000000000000  01"],
+        ["aa a3 02 02  07 77656174686572  06 74656d702e2a  01  0000000000000000  01"],
     ),
     (
         "interest from a sequence",
         Interest("weather", "temp.*", SEQUENCE, 42),
-        ["aa a3 02 01  07 77656174686572  06 74656d702e2a  02  000000000000002a  00"],
+        ["aa a3 02 02  07 77656174686572  06 74656d702e2a  02  000000000000002a  00"],
     ),
-    ("interest latest", Interest("s", ""), ["aa a3 02 01  01 73  00  00  0000000000000000  00"]),
+    ("interest latest", Interest("s", ""), ["aa a3 02 02  01 73  00  00  0000000000000000  00"]),
     (
         "interest at the largest time",
         Interest("s", "", TIME, 0xFFFFFFFFFFFFFFFF, 1),
-        ["aa a3 02 01  01 73  00  03  ffffffffffffffff  01"],
+        ["aa a3 02 02  01 73  00  03  ffffffffffffffff  01"],
     ),
     (
         "uninterest",
         Uninterest("weather", "temp.*"),
-        ["aa a3 03 01  07 77656174686572  06 74656d702e2a"],
+        ["aa a3 03 02  07 77656174686572  06 74656d702e2a"],
     ),
-    ("address present", Address("alice"), ["aa a3 04 01  05 616c696365  01"]),
-    ("address gone", Address("alice", 0), ["aa a3 04 01  05 616c696365  00"]),
-    ("offer", Offer("echo", "ping.*", 3), ["aa a3 05 01  04 6563686f  06 70696e672e2a  00000003"]),
+    ("address present", Address("alice"), ["aa a3 04 02  05 616c696365  01"]),
+    ("address gone", Address("alice", 0), ["aa a3 04 02  05 616c696365  00"]),
+    ("offer", Offer("echo", "ping.*", 3), ["aa a3 05 02  04 6563686f  06 70696e672e2a  00000003"]),
     (
         "offer withdrawn",
         Offer("echo", "ping.*", 0),
-        ["aa a3 05 01  04 6563686f  06 70696e672e2a  00000000"],
+        ["aa a3 05 02  04 6563686f  06 70696e672e2a  00000000"],
     ),
     (
         "forward with content",
         Forward("weather", 7, 1_700_000_000_000_000, "writer", "temp.paris", 0, (b"21C", b"")),
         [
-            "aa a3 06 01  07 77656174686572  0000000000000007  00060a24181e4000"
+            "aa a3 06 02  07 77656174686572  0000000000000007  00060a24181e4000"
             "  06 777269746572  0a 74656d702e7061726973  00",
             "323143",
             "",
@@ -104,13 +106,13 @@ VECTORS: list[tuple[str, LinkMessage, list[str]]] = [
     (
         "forward of history without content",
         Forward("weather", 0x0102030405060708, 0, "", "", 1),
-        ["aa a3 06 01  07 77656174686572  0102030405060708  0000000000000000  00  00  01"],
+        ["aa a3 06 02  07 77656174686572  0102030405060708  0000000000000000  00  00  01"],
     ),
     (
         "letter to a mailbox",
         packlink.Letter(MAILBOX, 5, "bob", "alice", "hi", "t-1", 30_000, (b"hello",)),
         [
-            "aa a3 07 01  01  0000000000000005  03 626f62  05 616c696365  02 6869  03 742d31"
+            "aa a3 07 02  01  0000000000000005  03 626f62  05 616c696365  02 6869  03 742d31"
             "  00007530",
             "68656c6c6f",
         ],
@@ -118,19 +120,24 @@ VECTORS: list[tuple[str, LinkMessage, list[str]]] = [
     (
         "letter to a service without content",
         packlink.Letter(SERVICE, 0xFFFFFFFFFFFFFFFF, "", "echo", "", "", 0xFFFFFFFF),
-        ["aa a3 07 01  02  ffffffffffffffff  00  04 6563686f  00  00  ffffffff"],
+        ["aa a3 07 02  02  ffffffffffffffff  00  04 6563686f  00  00  ffffffff"],
     ),
-    ("answer stored", Answer(5), ["aa a3 08 01  0000000000000005  01  00c8  00"]),
-    ("answer done", Answer(6, DONE), ["aa a3 08 01  0000000000000006  02  00c8  00"]),
+    ("answer stored", Answer(5), ["aa a3 08 02  0000000000000005  01  00c8  00"]),
+    ("answer done", Answer(6, DONE), ["aa a3 08 02  0000000000000006  02  00c8  00"]),
     (
         "answer refused",
         Answer(5, STORED, 503, "full"),
-        ["aa a3 08 01  0000000000000005  01  01f7  04 66756c6c"],
+        ["aa a3 08 02  0000000000000005  01  01f7  04 66756c6c"],
     ),
     (
         "confirm",
         Confirm("bob", "t-1", 200, "OK"),
-        ["aa a3 09 01  03 626f62  03 742d31  00c8  02 4f4b"],
+        ["aa a3 09 02  03 626f62  03 742d31  00c8  02 4f4b"],
+    ),
+    (
+        "owner",
+        Owner("alice", "alice", 1_700_000_000_000_000),
+        ["aa a3 0a 02  05 616c696365  05 616c696365  00060a24181e4000"],
     ),
 ]
 
@@ -209,7 +216,7 @@ class VectorTests(SynchronousTestCase):
             self.assertEqual(packlink.decode(frames), message, vector["name"])
 
     def test_ids(self) -> None:
-        """Message ids are 1 to 9, in the order of the protocol."""
+        """Message ids are 1 to 10, in the order of the protocol."""
         self.assertEqual(
             [(cls.ID, TYPE_NAMES[cls]) for cls in packlink.MESSAGE_TYPES.values()],
             [
@@ -222,12 +229,13 @@ class VectorTests(SynchronousTestCase):
                 (7, "LETTER"),
                 (8, "ANSWER"),
                 (9, "CONFIRM"),
+                (10, "OWNER"),
             ],
         )
 
     def test_contentDecodesAsTuple(self) -> None:
         """Content frames decode as a tuple (a hashable, immutable message)."""
-        message = packlink.decode([bytes.fromhex("aa a3 06 01 00" + "00" * 16 + "000000"), b"x"])
+        message = packlink.decode([bytes.fromhex("aa a3 06 02 00" + "00" * 16 + "000000"), b"x"])
         assert isinstance(message, Forward)
         self.assertEqual(message.content, (b"x",))
         hash(message)
@@ -266,51 +274,51 @@ class MalformedTests(SynchronousTestCase):
         self.assertMalformed(["00 00 01 01"], "bad signature 0000")
 
     def test_unknownId(self) -> None:
-        """Ids 0 and 10 and above are unknown."""
-        self.assertMalformed(["aa a3 00 01"], "unknown message id 0")
-        self.assertMalformed(["aa a3 0a 01"], "unknown message id 10")
-        self.assertMalformed(["aa a3 ff 01"], "unknown message id 255")
+        """Ids 0 and 11 and above are unknown."""
+        self.assertMalformed(["aa a3 00 02"], "unknown message id 0")
+        self.assertMalformed(["aa a3 0b 02"], "unknown message id 11")
+        self.assertMalformed(["aa a3 ff 02"], "unknown message id 255")
 
     def test_wrongVersion(self) -> None:
-        """Only version 1 is spoken."""
-        self.assertMalformed(["aa a3 01 00 00 00 01"], "unknown version 0")
-        self.assertMalformed(["aa a3 01 02 00 00 01"], "unknown version 2")
+        """Only version 2 is spoken; another is refused naming both."""
+        self.assertMalformed(["aa a3 01 00 00 00 01"], "version 0, this broker speaks 2")
+        self.assertMalformed(["aa a3 01 01 00 00 01"], "version 1, this broker speaks 2")
 
     def test_truncatedStringLength(self) -> None:
         """A frame that ends where a string's length byte should be is malformed."""
-        self.assertMalformed(["aa a3 03 01"], "stream: string length runs past the end")
-        self.assertMalformed(["aa a3 03 01 01 73"], "pattern: string length runs past the end")
+        self.assertMalformed(["aa a3 03 02"], "stream: string length runs past the end")
+        self.assertMalformed(["aa a3 03 02 01 73"], "pattern: string length runs past the end")
 
     def test_truncatedString(self) -> None:
         """A string whose length runs past the end of the frame is malformed."""
-        self.assertMalformed(["aa a3 03 01 05 61"], "stream: string runs past the end")
-        self.assertMalformed(["aa a3 09 01 00 00 00 c8 02 4f"], "reason: string runs past the end")
+        self.assertMalformed(["aa a3 03 02 05 61"], "stream: string runs past the end")
+        self.assertMalformed(["aa a3 09 02 00 00 00 c8 02 4f"], "reason: string runs past the end")
 
     def test_truncatedNumber(self) -> None:
         """A number cut short (of any width) is malformed, naming the field."""
-        self.assertMalformed(["aa a3 01 01 00 00"], "version: number runs past the end")
-        self.assertMalformed(["aa a3 04 01 01 61"], "present: number runs past the end")
-        self.assertMalformed(["aa a3 05 01 01 73 00 00 00 01"], "workers: number runs past the end")
+        self.assertMalformed(["aa a3 01 02 00 00"], "version: number runs past the end")
+        self.assertMalformed(["aa a3 04 02 01 61"], "present: number runs past the end")
+        self.assertMalformed(["aa a3 05 02 01 73 00 00 00 01"], "workers: number runs past the end")
         self.assertMalformed(
-            ["aa a3 08 01 00 00 00 00 00 00 00"], "relay_id: number runs past the end"
+            ["aa a3 08 02 00 00 00 00 00 00 00"], "relay_id: number runs past the end"
         )
 
     def test_trailingBytes(self) -> None:
         """Bytes after the last field of the first frame are malformed."""
-        self.assertMalformed(["aa a3 01 01 00 00 01 ff"], "1 trailing bytes")
-        self.assertMalformed(["aa a3 04 01 01 61 01 00 00"], "2 trailing bytes")
+        self.assertMalformed(["aa a3 01 02 00 00 01 ff"], "1 trailing bytes")
+        self.assertMalformed(["aa a3 04 02 01 61 01 00 00"], "2 trailing bytes")
 
     def test_notUtf8(self) -> None:
         """A string that is not UTF-8 (a stray byte, a cut sequence, a surrogate) is malformed."""
-        self.assertMalformed(["aa a3 03 01 01 ff 00"], "stream: not UTF-8")
-        self.assertMalformed(["aa a3 03 01 00 01 c3"], "pattern: not UTF-8")
-        self.assertMalformed(["aa a3 03 01 03 ed a0 80 00"], "stream: not UTF-8")
+        self.assertMalformed(["aa a3 03 02 01 ff 00"], "stream: not UTF-8")
+        self.assertMalformed(["aa a3 03 02 00 01 c3"], "pattern: not UTF-8")
+        self.assertMalformed(["aa a3 03 02 03 ed a0 80 00"], "stream: not UTF-8")
 
     def test_contentOnMessageWithout(self) -> None:
         """Frames after the first on a message that carries no content are malformed."""
-        self.assertMalformed(["aa a3 01 01 00 00 01", ""], "message 1 carries no content frames")
+        self.assertMalformed(["aa a3 01 02 00 00 01", ""], "message 1 carries no content frames")
         self.assertMalformed(
-            ["aa a3 04 01 01 61 01", "78", "79"], "message 4 carries no content frames"
+            ["aa a3 04 02 01 61 01", "78", "79"], "message 4 carries no content frames"
         )
 
 

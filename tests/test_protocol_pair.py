@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.store import QueuedRecord
 from malamute_pack.journal.records import StreamRow, encode_frames, stream_row
+from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
 from malamute_pack.protocol import pair
 from malamute_pack.protocol.pair import (
     FULL,
@@ -33,13 +34,18 @@ from malamute_pack.protocol.pair import (
     CatchupEnd,
     CaughtUp,
     Change,
+    ClientSecurity,
     Heartbeat,
     Hello,
     Items,
     MalformedPairMessage,
+    OwnerClaimed,
+    OwnersPage,
     PairMessage,
     Removed,
+    Retention,
     Ship,
+    StreamDeleted,
 )
 
 U64_MAX = 2**64 - 1
@@ -67,6 +73,25 @@ APPENDED = Appended(
 )  # fmt: skip
 APPENDED_EMPTY = Appended([], ("", "", 0, 0, 0.0), [])
 APPEND_KEY = AppendKey(KEY)
+OWNER = OwnerClaimed("alice", "alice", 1700000000.5)
+OWNER_ODD = OwnerClaimed(NOT_UTF8, "", 0.0)
+OWNERS_FIRST = OwnersPage(None, False, [OWNER, OwnerClaimed("bob", "bob", 2.0)])
+OWNERS_LAST = OwnersPage("bob", True, [OWNER_ODD])
+OWNERS_EMPTY = OwnersPage(None, True, [])
+DELETED = StreamDeleted("weather", 41)
+DELETED_ODD = StreamDeleted(NOT_UTF8, U64_MAX)
+RETENTION = Retention(
+    DEFAULT_RETENTION,
+    {"weather": RetentionPolicy(max_count=2), NOT_UTF8: RetentionPolicy(0, 0.0, 0)},
+)
+RETENTION_NONE = Retention(RetentionPolicy(), {})
+SECURITY = ClientSecurity(
+    {"alice": "wonderland", "bob": NOT_UTF8},
+    {b"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7": "alice"},
+    {"write": {"alice": ["prices.*", "x"], "*": []}, "role": {"alice": ["admin"]}, "read": {}},
+)
+SECURITY_PLAIN_ONLY = ClientSecurity({}, None, {})
+SECURITY_NONE = ClientSecurity(None, None, {})
 
 # One of each kind of change, in every variant named by the codec.
 CHANGES: list[Change] = [
@@ -79,6 +104,18 @@ CHANGES: list[Change] = [
     APPENDED,
     APPENDED_EMPTY,
     APPEND_KEY,
+    OWNER,
+    OWNER_ODD,
+    OWNERS_FIRST,
+    OWNERS_LAST,
+    OWNERS_EMPTY,
+    DELETED,
+    DELETED_ODD,
+    RETENTION,
+    RETENTION_NONE,
+    SECURITY,
+    SECURITY_PLAIN_ONLY,
+    SECURITY_NONE,
 ]
 
 # One or more of each message type.
@@ -91,7 +128,10 @@ MESSAGES: list[PairMessage] = [
         5, 100, TRUNCATE, "epoch-2", {"weather": 6}, 40, {"letters": 3, "s": 0}, 41, [9, 10]
     ),
     CatchupBegin(1, 0, INCREMENTAL, "", {}, 0, {}, 0),
-    CatchupBegin(U64_MAX, U64_MAX, FULL, NOT_UTF8, {}, U64_MAX, {}, U64_MAX, [U64_MAX]),
+    CatchupBegin(
+        U64_MAX, U64_MAX, FULL, NOT_UTF8, {}, U64_MAX, {}, U64_MAX, [U64_MAX], {NOT_UTF8: 1}
+    ),
+    CatchupBegin(2, 9, INCREMENTAL, "e", {}, 0, {"s": 9, "t": 4}, 3, [], {"s": 10, "t": 2}),
     Ship(5, 101, list(CHANGES)),
     Ship(5, 0, []),
     Items(5, list(CHANGES)),
@@ -114,6 +154,10 @@ TRUNCATABLE: list[PairMessage] = [
 TRUNCATABLE += [
     Ship(5, 101, [c for c in CHANGES if not isinstance(c, QueuedRecord) or not c.content])
 ]
+
+
+# Every kind byte of a change.
+KINDS = [b"R", b"Q", b"D", b"A", b"K", b"O", b"P", b"X", b"T", b"S"]
 
 
 def _frames_with_ids(message: PairMessage) -> bool:
@@ -184,6 +228,54 @@ class ChangeRoundTripTests(SynchronousTestCase):
         """Encoding something that is not a journal change is a TypeError (a program error)."""
         self.assertRaises(TypeError, pair.encode_change, "row")
 
+    def test_ownerClaimed(self) -> None:
+        """An address's owner and when it was claimed round-trip, any text included."""
+        self.assertRoundTrip(OWNER)
+        self.assertRoundTrip(OWNER_ODD)
+
+    def test_ownersPage(self) -> None:
+        """
+        A page of the owners table round-trips: the first (no lower bound),
+        the last (to the end of the table), and an empty table's only page.
+        """
+        for page in (OWNERS_FIRST, OWNERS_LAST, OWNERS_EMPTY):
+            self.assertRoundTrip(page)
+        self.assertRoundTrip(OwnersPage("", False, []))
+
+    def test_streamDeleted(self) -> None:
+        """A stream delete (the stream and the last sequence number deleted) round-trips."""
+        self.assertRoundTrip(DELETED)
+        self.assertRoundTrip(DELETED_ODD)
+
+    def test_retention(self) -> None:
+        """
+        Retention round-trips: the default and each stream's policy, each
+        limit absent (None), zero or set.
+        """
+        self.assertRoundTrip(RETENTION)
+        self.assertRoundTrip(RETENTION_NONE)
+        decoded = pair.decode_change(pair.encode_change(RETENTION_NONE))
+        assert isinstance(decoded, Retention)
+        self.assertEqual(decoded.default, RetentionPolicy(None, None, None))
+
+    def test_clientSecurity(self) -> None:
+        """
+        The clients' security round-trips: passwords, CURVE keys (bytes) and
+        rules; no passwords or no keys (None) stay None, apart from empty ones.
+        """
+        self.assertRoundTrip(SECURITY)
+        for state in (SECURITY_PLAIN_ONLY, SECURITY_NONE):
+            decoded = pair.decode_change(pair.encode_change(state))
+            assert isinstance(decoded, ClientSecurity)
+            self.assertEqual(
+                (decoded.passwords, decoded.curve_keys), (state.passwords, state.curve_keys)
+            )
+
+    def test_securityReprHasNoPasswords(self) -> None:
+        """The clients' security state's repr (a log line, a failure) never shows a password."""
+        self.assertNotIn("wonderland", repr(SECURITY))
+        self.assertIn("alice", repr(SECURITY))
+
 
 class MessageRoundTripTests(SynchronousTestCase):
     """Every message type encodes to frames that decode back."""
@@ -241,6 +333,14 @@ class MessageRoundTripTests(SynchronousTestCase):
         self.assertRoundTrip(Ack(5, 110, 12))
         self.assertRoundTrip(Ack(0, 0))
 
+    def test_catchupBeginFirsts(self) -> None:
+        """CATCHUP_BEGIN carries each stream's first retained sequence number (none by default)."""
+        message = next(m for m in MESSAGES if isinstance(m, CatchupBegin) and len(m.firsts) == 2)
+        decoded = pair.decode(pair.encode(message))
+        assert isinstance(decoded, CatchupBegin)
+        self.assertEqual(decoded.firsts, {"s": 10, "t": 2})
+        self.assertEqual(CatchupBegin(1, 0, FULL, "", {}, 0, {}, 0).firsts, {})
+
     def test_allExamples(self) -> None:
         """Every example message (all eight types) round-trips."""
         self.assertEqual({type(m) for m in MESSAGES}, set(PairMessage.__args__))
@@ -269,12 +369,51 @@ class LayoutTests(SynchronousTestCase):
             self.assertEqual(head[2], VERSION)
             self.assertEqual(head[3], commands[type(message)])
 
+    def test_version(self) -> None:
+        """This codec is version 2 of the link (version 1 had no owners, deletes, retention)."""
+        self.assertEqual(VERSION, 2)
+
     def test_catchupEndBytes(self) -> None:
-        """CATCHUP_END is MP, 6, link and position as big-endian u64s."""
+        """CATCHUP_END is MP, version 2, 6, link and position as big-endian u64s."""
         self.assertEqual(
             pair.encode(CatchupEnd(1, 0x0102)),
-            [b"MP\x01\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
+            [b"MP\x02\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
         )
+
+    def test_catchupBeginFirstsLast(self) -> None:
+        """CATCHUP_BEGIN's first retained sequence numbers are its header's last field."""
+        with_firsts = pair.encode(CatchupBegin(1, 0, FULL, "", {}, 0, {}, 0, [], {"s": 3}))[0]
+        without = pair.encode(CatchupBegin(1, 0, FULL, "", {}, 0, {}, 0, [], {}))[0]
+        self.assertEqual(without[-4:], bytes(4))
+        self.assertEqual(
+            with_firsts,
+            without[:-4] + bytes.fromhex("00000001 00000001 73 0000000000000003"),
+        )
+
+    def test_newChangeBytes(self) -> None:
+        """
+        An owner is O, address, user and a double; a stream delete X, the
+        stream and a u64; retention T with each policy's flags (count, age,
+        bytes) then the three values; an owners page P with its flags (has
+        a lower bound, final).
+        """
+        self.assertEqual(
+            pair.encode_change(OwnerClaimed("a", "u", 1.5)),
+            b"O" + bytes.fromhex("00000001 61 00000001 75") + struct.pack(">d", 1.5),
+        )
+        self.assertEqual(
+            pair.encode_change(StreamDeleted("s", 258)),
+            b"X" + bytes.fromhex("00000001 73 0000000000000102"),
+        )
+        self.assertEqual(
+            pair.encode_change(Retention(RetentionPolicy(max_count=5), {})),
+            b"T" + struct.pack(">BQdQ", 1, 5, 0.0, 0) + bytes(4),
+        )
+        self.assertEqual(
+            pair.encode_change(OwnersPage("a", True, [])),
+            b"P\x03" + bytes.fromhex("00000001 61 00000000"),
+        )
+        self.assertEqual(pair.encode_change(OwnersPage(None, False, [])), b"P\x00" + bytes(4))
 
     def test_heartbeatBytes(self) -> None:
         """
@@ -284,7 +423,7 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(
             pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True)),
             [
-                b"MP\x01\x01"
+                b"MP\x02\x01"
                 + bytes.fromhex("00000001 70  00000002 c3a9  01  00000000  00000001 65")
                 + bytes.fromhex("0000000000000002 01")
             ],
@@ -365,6 +504,10 @@ _letters = st.builds(
     _u64,
 )
 _keys = st.tuples(_strings, _strings, _u64, _u64, _floats)
+_owners = st.builds(OwnerClaimed, _strings, _strings, _floats)
+_policies = st.builds(
+    RetentionPolicy, st.none() | _u64, st.none() | _floats, st.none() | _u64
+)  # fmt: skip
 _changes: st.SearchStrategy[Change] = st.one_of(
     _rows(),
     _letters,
@@ -376,6 +519,20 @@ _changes: st.SearchStrategy[Change] = st.one_of(
         st.lists(st.tuples(_strings, _strings), max_size=3),
     ),
     st.builds(AppendKey, _keys),
+    _owners,
+    st.builds(OwnersPage, st.none() | _strings, st.booleans(), st.lists(_owners, max_size=3)),
+    st.builds(StreamDeleted, _strings, _u64),
+    st.builds(Retention, _policies, st.dictionaries(_strings, _policies, max_size=3)),
+    st.builds(
+        ClientSecurity,
+        st.none() | st.dictionaries(_strings, _strings, max_size=3),
+        st.none() | st.dictionaries(st.binary(max_size=40), _strings, max_size=3),
+        st.dictionaries(
+            _strings,
+            st.dictionaries(_strings, st.lists(_strings, max_size=3), max_size=3),
+            max_size=3,
+        ),
+    ),
 )
 _messages: st.SearchStrategy[PairMessage] = st.one_of(
     st.builds(Heartbeat, _strings, _strings, st.booleans(), _strings, _strings, _u64),
@@ -391,6 +548,7 @@ _messages: st.SearchStrategy[PairMessage] = st.one_of(
         _counts,
         _u64,
         _ids,
+        _counts,
     ),
     st.builds(Ship, _u64, _u64, st.lists(_changes, max_size=4)),
     st.builds(Items, _u64, st.lists(_changes, max_size=4)),
@@ -460,6 +618,22 @@ class MalformedTests(SynchronousTestCase):
         with self.assertRaises(MalformedPairMessage) as caught:
             pair.decode([frames[0][:2] + bytes((VERSION + 1,)) + frames[0][3:]])
         self.assertIn(f"version {VERSION + 1}, this broker {VERSION}", str(caught.exception))
+
+    def test_version1Refused(self) -> None:
+        """
+        Every message of a version 1 broker (before owners, deletes,
+        retention and security travelled) is refused, the line naming
+        both versions and what to do: pairing mixed versions is refused.
+        """
+        for message in MESSAGES:
+            frames = pair.encode(message)
+            with self.assertRaises(MalformedPairMessage) as caught:
+                pair.decode([frames[0][:2] + b"\x01" + frames[0][3:], *frames[1:]])
+            self.assertEqual(
+                str(caught.exception),
+                "the partner speaks pair link version 1, this broker 2:"
+                " run the same malamute_pack on both",
+            )
 
     def test_shortHeader(self) -> None:
         """A header too short for a signature and command is malformed."""
@@ -534,11 +708,53 @@ class MalformedTests(SynchronousTestCase):
                 self.assertChangeMalformed(frame + b"\x00" * 8)
 
     def test_unknownChangeKind(self) -> None:
-        """A change frame whose kind byte is not R, Q, D, A or K is malformed; an empty one too."""
+        """
+        A change frame whose kind byte is not R, Q, D, A, K, O, P, X, T or
+        S is malformed; an empty one too.
+        """
         self.assertChangeMalformed(b"")
         for kind in range(256):
-            if bytes((kind,)) not in (b"R", b"Q", b"D", b"A", b"K"):
+            if bytes((kind,)) not in KINDS:
                 self.assertChangeMalformed(bytes((kind,)) + pair.encode_change(REMOVED)[1:])
+
+    def test_badFlags(self) -> None:
+        """
+        Flag bytes with bits no version defines are malformed: an owners
+        page's (two bits), the security state's (two), a retention policy's
+        (three).
+        """
+        page = pair.encode_change(OwnersPage(None, False, []))
+        security = pair.encode_change(SECURITY_NONE)
+        retention = pair.encode_change(RETENTION_NONE)
+        for flags in (4, 8, 255):
+            self.assertChangeMalformed(page[:1] + bytes((flags,)) + page[2:])
+            self.assertChangeMalformed(security[:1] + bytes((flags,)) + security[2:])
+        for flags in (8, 16, 255):
+            self.assertChangeMalformed(retention[:1] + bytes((flags,)) + retention[2:])
+
+    def test_newCountsLargerThanFrame(self) -> None:
+        """
+        The counts of an owners page's claims, of retention's streams and of
+        the security state's passwords, keys, rights, users and globs, each
+        larger than what is left of the frame, are malformed.
+        """
+        huge = struct.pack(">I", 0xFFFFFFFF)
+        page = pair.encode_change(OwnersPage(None, True, []))
+        self.assertChangeMalformed(page[:2] + huge)
+        retention = pair.encode_change(RETENTION_NONE)
+        self.assertChangeMalformed(retention[:-4] + huge)
+        for state in (
+            ClientSecurity({}, None, {}),
+            ClientSecurity(None, {}, {}),
+            ClientSecurity(None, None, {}),
+        ):
+            frame = pair.encode_change(state)
+            self.assertChangeMalformed(frame[:2] + huge + frame[6:])
+        rules = pair.encode_change(ClientSecurity(None, None, {"r": {"u": []}}))
+        at = 2 + 4 + 4 + 1  # kind, flags, rights count, "r"
+        self.assertChangeMalformed(rules[:at] + huge + rules[at + 4 :])
+        at += 4 + 4 + 1  # users count, "u"
+        self.assertChangeMalformed(rules[:at] + huge)
 
     def test_appendedHoldsOnlyRows(self) -> None:
         """An append whose inner record is not a row (wrong kind byte) is malformed."""
@@ -636,7 +852,7 @@ def _mutations(frames: list[bytes], data: st.DataObject) -> list[bytes]:
 
 
 _any_frames = st.lists(st.binary(max_size=64), max_size=5)
-_change_kinds = st.sampled_from([b"R", b"Q", b"D", b"A", b"K"])
+_change_kinds = st.sampled_from(KINDS)
 
 
 class FuzzTests(SynchronousTestCase):

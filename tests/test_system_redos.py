@@ -190,3 +190,20 @@ class RedosTests(SynchronousTestCase):
         error = self.assertRaises(MalamuteError, reader.set_consumer, "redos", r"(a)\1")
         self.assertIn("backreferences", str(error))
         reader.set_consumer("redos", "^a")
+
+    def test_otherReadingRefused(self) -> None:
+        """
+        A pattern RE2 would compile only by reading it otherwise than Python
+        (a repeat count past RE2's 1000, which RE2 takes as text) is answered
+        with ERROR 300 naming the count, and the connection goes on working.
+        """
+        peer = self.pinger("redos-count")
+        reason = (
+            "invalid pattern: regex: repetition count 99999999999999 is more than 1000: "
+            "{99999999999999}"
+        )
+        self.assertEqual(
+            peer.command(mlm.StreamRead("redos", "a{99999999999999}"), DEADLINE),
+            mlm.Error(status_code=mlm.FAILED, status_reason=reason),
+        )
+        self.assertEqual(peer.command(mlm.StreamRead("redos", "a{3}"), DEADLINE), mlm.Ok())

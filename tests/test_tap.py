@@ -26,6 +26,7 @@ from malamute_pack.bench.brokerprocess import (
 from malamute_pack.broker.limits import Limits
 from malamute_pack.startup import FailFast
 from malamute_pack.tap import Options, makeBrokerService, makeService
+from malamute_pack.transport.curve import write_certificates
 from tests.support import skip_slow
 
 
@@ -359,3 +360,76 @@ class PackOptionsTests(SynchronousTestCase):
         with self.assertRaises(usage.UsageError) as e:
             makeBrokerService(settings)
         self.assertIn("no-such-if0", str(e.exception))
+
+
+class CurvePackOptionsTests(SynchronousTestCase):
+    """The CURVE pack's options: --pack-keys, --pack-secret, gossip servers with keys."""
+
+    gossip = ("--pack", "p", "--peer-endpoint", "tcp://127.0.0.1:*")
+
+    def keys(self) -> tuple[Path, Path]:
+        """A directory with one broker's public certificate, and its secret certificate."""
+        directory = Path(self.mktemp())
+        _, secret = write_certificates(directory / "made", "h1")
+        listed = directory / "listed"
+        listed.mkdir()
+        (listed / "h1.key").write_text((directory / "made" / "h1.key").read_text())
+        return listed, secret
+
+    def test_optionsAndConfigKeys(self) -> None:
+        """
+        --pack-keys and --pack-secret, or malamute/pack/keys and .../secret,
+        make a CURVE pack.
+        """
+        pack = parse(*self.gossip, "--gossip-connect", "tcp://g:1|K", "--pack-keys", "k").pack
+        self.assertEqual((pack.keys, pack.secret, pack.curve), (Path("k"), None, True))
+        path = Path(self.mktemp())
+        path.write_text(
+            "malamute\n    pack\n        name = p\n        beacon = 10.0.0.1\n"
+            "        keys = /etc/pack-keys\n        secret = /etc/pack.key_secret\n"
+        )
+        pack = parse("--config", str(path)).pack
+        self.assertEqual(pack.keys, Path("/etc/pack-keys"))
+        self.assertEqual(pack.secret, Path("/etc/pack.key_secret"))
+        self.assertFalse(parse(*self.gossip, "--gossip-bind", "tcp://*:1").pack.curve)
+
+    def test_gossipServersKeysMatchThePack(self) -> None:
+        """
+        A CURVE pack's gossip servers need their keys (ENDPOINT|KEY); an open
+        pack's may not have one; a pack secret needs the pack's keys.
+        """
+        with self.assertRaises(usage.UsageError) as e:
+            parse(*self.gossip, "--gossip-connect", "tcp://g:1", "--pack-keys", "k")
+        self.assertIn("ENDPOINT|PUBLIC_KEY", str(e.exception))
+        with self.assertRaises(usage.UsageError) as e:
+            parse(*self.gossip, "--gossip-connect", "tcp://g:1|KEY")
+        self.assertIn("--pack-keys", str(e.exception))
+        with self.assertRaises(usage.UsageError) as e:
+            parse(*self.gossip, "--gossip-bind", "tcp://*:1", "--pack-secret", "s")
+        self.assertIn("needs --pack-keys", str(e.exception))
+
+    def test_keysLoadedWhenTheServiceIsMade(self) -> None:
+        """
+        The service serves the pack's ZAP domain with the listed keys; an
+        empty or missing key directory, or a secret others may read, is one
+        clear error.
+        """
+        listed, secret = self.keys()
+        base = (*self.gossip, "--gossip-bind", "tcp://127.0.0.1:*", "-d", self.mktemp())
+        service = makeBrokerService(
+            parse(*base, "--pack-keys", str(listed), "--pack-secret", str(secret))
+        )
+        zap = service.getServiceNamed("zap")
+        self.assertEqual(list(zap.counters), ["client", "pack peer"])
+        empty = Path(self.mktemp())
+        empty.mkdir()
+        for keys, fragment in ((empty, "no public certificate"), (Path("/no/such"), "cannot")):
+            with self.assertRaises(usage.UsageError) as e:
+                makeBrokerService(parse(*base, "--pack-keys", str(keys)))
+            self.assertIn(fragment, str(e.exception))
+        secret.chmod(0o644)
+        with self.assertRaises(usage.UsageError) as e:
+            makeBrokerService(
+                parse(*base, "--pack-keys", str(listed), "--pack-secret", str(secret))
+            )
+        self.assertIn(f"chmod 600 {secret}", str(e.exception))

@@ -8,6 +8,7 @@ command, and the client library's L{CurveKeys.load} on the same files.
 from __future__ import annotations
 
 import io
+import os
 import stat
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -19,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from malamute_pack.client.options import CurveKeys
 from malamute_pack.transport.curve import (
     CurveError,
+    KeyPair,
     check_key,
     load_client_keys,
     load_server_secret,
@@ -44,11 +46,30 @@ class ServerSecretTests(SynchronousTestCase):
         self.assertEqual(zmq.curve_public(secret), public)
 
     def test_readsPyzmqCertificates(self) -> None:
-        """A secret certificate written by pyzmq's zmq.auth (as zcert writes them) is read."""
+        """
+        A secret certificate written by pyzmq's zmq.auth (as zcert writes
+        them) is read, once readable by its owner only.
+        """
         self.directory.mkdir()
         _, secret_file = zmq.auth.create_certificates(str(self.directory), "server")
+        os.chmod(secret_file, 0o600)
         _, secret = zmq.auth.load_certificate(secret_file)
         self.assertEqual(load_server_secret(Path(secret_file)), secret)
+
+    def test_othersMayNotReadIt(self) -> None:
+        """
+        A secret certificate that its group or others may read (or write) is
+        refused, naming the file, its mode and the command that mends it.
+        """
+        _, secret_file = write_certificates(self.directory, "server")
+        for mode in (0o640, 0o604, 0o620, 0o644):
+            secret_file.chmod(mode)
+            with self.assertRaises(CurveError) as ctx:
+                load_server_secret(secret_file)
+            self.assertIn(f"chmod 600 {secret_file}", str(ctx.exception))
+            self.assertIn(f"{mode:04o}", str(ctx.exception))
+        secret_file.chmod(0o400)
+        self.assertEqual(KeyPair.load(secret_file).secret, load_server_secret(secret_file))
 
     def test_refused(self) -> None:
         """

@@ -19,14 +19,20 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from malamute_pack.broker.access import NOT_ALLOWED, AccessControl
+from malamute_pack.broker.access import (
+    NOT_ALLOWED,
+    AccessControl,
+    AccessPolicy,
+    Right,
+    parse_access,
+)
 from malamute_pack.broker.broker import Broker
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import BrokerService
 from malamute_pack.transport.curve import write_certificates
 from malamute_pack.transport.router import RouterService
-from malamute_pack.transport.security import SecurityService
+from malamute_pack.transport.security import ClientSecurity, SecurityService
 from malamute_pack.transport.zap import ZapHandler
 from tests.e2e_support import Peer, ipc_endpoint, settle, start_broker, tcp_endpoint
 
@@ -224,6 +230,59 @@ class ReloadTests(SecureBrokerCase):
         self.assertIs(access.policy, policy)
         alice = self.peer(self.bound[0], plain=("alice", "wonderland"))
         await alice.open("alice")
+
+    async def test_reloadTellsItsListeners(self) -> None:
+        """
+        A successful reload tells each listener of C{reloaded} the clients'
+        security now in force (the pair's active ships it to its partner);
+        a failed one tells nobody, and neither does the first load.
+        """
+        told: list[ClientSecurity] = []
+        self.security.reloaded.append(told.append)
+        self.assertIsNotNone(self.security.clients)
+        self.acl.write_text("alice erase: everything\n")
+        await self.sighup()
+        self.assertEqual(told, [])
+        self.acl.write_text("alice write: weather prices\n")
+        self.passwords.write_text("alice = wonderland\nbob = builder\n")
+        await self.sighup()
+        (state,) = told
+        self.assertIs(state, self.security.clients)
+        self.assertEqual(state.passwords, {"alice": "wonderland", "bob": "builder"})
+        self.assertTrue(state.policy.allows("alice", Right.WRITE, "prices"))
+        self.assertNotIn("builder", repr(state))
+
+    async def test_installPutsAnotherStateInForce(self) -> None:
+        """
+        C{install} puts a state from elsewhere (a pair's active) in force
+        as a reload would: the access rules and passwords the broker
+        checks, and the ZAP handler's passwords (a new user gets in),
+        without touching the files; a part given as None stays this
+        broker's; a later reload reads the files again.
+        """
+        alice = self.peer(self.bound[0], plain=("alice", "wonderland"))
+        await alice.open("alice")
+        policy = parse_access(["alice write: prices", "bob write: prices"])
+        installed = self.security.install(
+            ClientSecurity({"alice": "wonderland", "bob": "builder"}, None, policy)
+        )
+        self.assertTrue(installed)
+        self.assertEqual(await alice.command(mlm.StreamWrite("prices")), mlm.Ok())
+        bob = self.peer(self.bound[0], plain=("bob", "builder"))
+        await bob.open("bob")
+        self.assertEqual(self.zap().passwords, {"alice": "wonderland", "bob": "builder"})
+        access = self.broker().access
+        assert access is not None
+        self.assertEqual(access.passwords, {"alice": "wonderland", "bob": "builder"})
+        self.assertEqual(self.passwords.read_text(), "alice = wonderland\n")
+        clients = self.security.clients
+        assert clients is not None
+        self.assertIs(clients.policy, policy)
+        # None leaves this broker's own in force.
+        self.security.install(ClientSecurity(None, None, AccessPolicy()))
+        self.assertEqual(self.zap().passwords, {"alice": "wonderland", "bob": "builder"})
+        await self.sighup()
+        self.assertEqual(self.zap().passwords, {"alice": "wonderland"})
 
     async def test_stoppingRestoresTheSignalHandler(self) -> None:
         """Once the broker stops, SIGHUP is no longer its."""

@@ -76,6 +76,11 @@ the management API cost on stream 1:1: see L{malamute_pack.bench.ops}.
 the machine with bare pyzmq (an echo, and a relay shaped like a service
 round trip): see L{malamute_pack.bench.floor}.
 
+``python -m malamute_pack.bench bruteforce ...`` brute-forces PLAIN
+passwords against a broker of ours while the right user logs in from the
+same address, and measures the broker's CPU: see
+L{malamute_pack.bench.bruteforce}.
+
 Tests: ``tests/test_bench.py``.
 """
 
@@ -90,7 +95,7 @@ from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 from pathlib import Path
 
-from malamute_pack.bench import floor, pack, scale
+from malamute_pack.bench import bruteforce, floor, pack, scale
 from malamute_pack.bench import multicast as multicast_bench
 from malamute_pack.bench import ops as ops_bench
 from malamute_pack.bench import pair as pair_bench
@@ -284,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ops_bench.main(arguments[1:])
     if arguments[:1] == ["floor"]:
         return floor.main(arguments[1:])
+    if arguments[:1] == ["bruteforce"]:
+        return bruteforce.main(arguments[1:])
     args = parse(arguments)
     names = args.scenario or list(STREAM_SCENARIOS if args.profile else DEFAULT_SCENARIOS)
     profile = args.profile.resolve() if args.profile else None

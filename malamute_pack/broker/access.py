@@ -48,7 +48,8 @@ Tests: ``tests/test_broker_access.py``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -240,11 +241,36 @@ def load_access(path: Path) -> AccessPolicy:
     return parse_access(text.splitlines(), str(path))
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A user's claim on an address, and when it was first made (seconds since the epoch)."""
+
+    user: str
+    claimed: float
+
+    def prevails(self, other: Claim) -> bool:
+        """
+        Whether this claim wins over C{other} when two brokers of a pack
+        hold different owners for one address (a claim made on each while
+        they were apart): the earlier claim, then the smaller user name.
+        Every broker applies the same rule, so they agree once each has
+        heard both.
+        """
+        return (self.claimed, self.user) < (other.claimed, other.user)
+
+
 class OwnerStore(Protocol):
     """Where ownership is kept across restarts (the journal)."""
 
-    def save_owner(self, address: str, user: str) -> None:
-        """Record that C{user} owns C{address} (soon; never waits on disk)."""
+    def save_owner(self, address: str, user: str, claimed: float) -> None:
+        """
+        Record that C{user} owns C{address} since C{claimed}, replacing any
+        other owner it had (soon; never waits on disk).
+        """
+
+
+# Claims learned from other brokers of a pack that one broker keeps at most.
+MAX_LEARNED: Final = 1_000_000
 
 
 class Owners:
@@ -252,31 +278,51 @@ class Owners:
     Which user owns which address: the first authenticated user to open it.
     A claim is for good (an administrator frees an address by deleting its
     row from the journal while the broker is stopped, or decides addresses
-    with the access file instead).
+    with the access file instead). In a CURVE pack the brokers tell each
+    other their claims (L{learn}), so an address is its owner's on every
+    broker of the pack.
 
     @ivar store: where new claims are recorded, if anywhere.
+    @ivar listeners: told of each claim made here (not of those learned):
+        the pack tells its peers.
+    @ivar ignored: claims learned from other brokers and not kept (the
+        user owns the most addresses one user may, or L{MAX_LEARNED} are
+        held).
     """
 
     def __init__(
-        self, store: OwnerStore | None = None, per_user: int = MAX_ADDRESSES_PER_USER
+        self,
+        store: OwnerStore | None = None,
+        per_user: int = MAX_ADDRESSES_PER_USER,
+        clock: IReactorTime | None = None,
     ) -> None:
+        """@param clock: when claims are made (the wall clock by default)."""
         self.store = store
         self._per_user = per_user
-        self._owner: dict[str, str] = {}
+        self._clock = clock
+        self._claims: dict[str, Claim] = {}
         self._owned: dict[str, int] = {}
+        self._learned = 0
+        self.ignored = 0
+        self.listeners: list[Callable[[str, Claim], None]] = []
 
     def __len__(self) -> int:
-        return len(self._owner)
+        return len(self._claims)
 
-    def load(self, owners: Mapping[str, str]) -> None:
-        """Take back the claims a store kept (address to user)."""
-        for address, user in owners.items():
-            if address not in self._owner:
-                self._owner[address] = user
+    def load(self, claims: Mapping[str, tuple[str, float]]) -> None:
+        """Take back the claims a store kept: address to (user, when claimed)."""
+        for address, (user, claimed) in claims.items():
+            if address not in self._claims:
+                self._claims[address] = Claim(user, claimed)
                 self._owned[user] = self._owned.get(user, 0) + 1
 
     def owner(self, address: str) -> str | None:
-        return self._owner.get(address)
+        claim = self._claims.get(address)
+        return None if claim is None else claim.user
+
+    def claims(self) -> list[tuple[str, Claim]]:
+        """Every claim held (a copy), as (address, claim)."""
+        return list(self._claims.items())
 
     def claim(self, user: str, address: str) -> None:
         """
@@ -285,10 +331,10 @@ class Owners:
         @raise Refused: (403) if another user owns it, or C{user} owns the
             most addresses one user may.
         """
-        owner = self._owner.get(address)
-        if owner == user:
-            return
-        if owner is not None:
+        existing = self._claims.get(address)
+        if existing is not None:
+            if existing.user == user:
+                return
             raise Refused(
                 f"not allowed: the address {address!r} belongs to another user", NOT_ALLOWED
             )
@@ -298,10 +344,44 @@ class Owners:
                 f"not allowed: user {user!r} owns {owned} addresses, the most one user may",
                 NOT_ALLOWED,
             )
-        self._owner[address] = user
+        # Whole microseconds, as the pack's OWNER message carries it: a claim
+        # that travels and comes back compares equal to itself.
+        claim = Claim(user, round(self._now() * 1_000_000) / 1_000_000)
+        self._claims[address] = claim
         self._owned[user] = owned + 1
         if self.store is not None:
-            self.store.save_owner(address, user)
+            self.store.save_owner(address, user, claim.claimed)
+        for listener in self.listeners:
+            listener(address, claim)
+
+    def learn(self, address: str, claim: Claim) -> bool:
+        """
+        Another broker of the pack says C{claim} holds C{address}: kept if
+        nobody here owns it, or if it prevails over the claim here
+        (L{Claim.prevails}).
+
+        @return: whether it changed the owners here (stored if so).
+        """
+        existing = self._claims.get(address)
+        if existing is not None and (existing == claim or not claim.prevails(existing)):
+            return False
+        if existing is None or existing.user != claim.user:
+            owned = self._owned.get(claim.user, 0)
+            if owned >= self._per_user or (existing is None and self._learned >= MAX_LEARNED):
+                self.ignored += 1
+                return False
+            self._owned[claim.user] = owned + 1
+            if existing is not None:
+                self._owned[existing.user] -= 1
+            else:
+                self._learned += 1
+        self._claims[address] = claim
+        if self.store is not None:
+            self.store.save_owner(address, claim.user, claim.claimed)
+        return True
+
+    def _now(self) -> float:
+        return time.time() if self._clock is None else self._clock.seconds()
 
 
 class AccessControl:
@@ -325,7 +405,7 @@ class AccessControl:
         owners: Owners | None = None,
     ) -> None:
         self.policy = policy if policy is not None else AccessPolicy()
-        self.owners = owners if owners is not None else Owners()
+        self.owners = owners if owners is not None else Owners(clock=clock)
         self.refused: dict[str, int] = {}
         self.passwords: Mapping[str, str] | None = None
         self._log_limit = LogLimit(clock, _log)

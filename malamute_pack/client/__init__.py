@@ -26,7 +26,8 @@ What each module holds:
 - C{inbox}: deliveries, dedupe (C{dedupe}), DONE and trackers.
 - C{heartbeat}, C{credit}: pings and the silence timer; flow control.
 - C{events}, C{errors}: what the application receives, and what it catches
-  (L{AuthenticationRefusedError}: the broker refused the credentials).
+  (L{AuthenticationRefusedError}: the broker refused the credentials;
+  L{WrongServerKeyError}: a CURVE client's key for the broker is wrong).
 
 How a message flows. Out: an API call on a driver -> the facade -> the
 core (a command to the channel, a send to the outbox) -> frames encoded by
@@ -50,6 +51,7 @@ from malamute_pack.client.errors import (
     ClientError,
     MalamuteError,
     MessageDroppedError,
+    WrongServerKeyError,
 )
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.machine import ClientState
@@ -73,5 +75,6 @@ __all__ = [
     "MalamuteClient",
     "MalamuteError",
     "MessageDroppedError",
+    "WrongServerKeyError",
     "plain_credentials",
 ]

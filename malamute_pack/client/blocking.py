@@ -20,7 +20,9 @@ polled with it: a broken connection moves the client on at once, and a
 send finds no connection at once instead of blocking. With one endpoint
 or several, the monitor tells too when the broker refuses the
 credentials: the constructor raises L{AuthenticationRefusedError} then,
-not after its timeout.
+not after its timeout; for a CURVE client whose handshakes the broker
+keeps breaking off (its key for the broker is wrong), L{WrongServerKeyError}
+as soon as two did, or at the timeout after one.
 
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides, as for the Twisted client. The client speaks protocol version 2
@@ -51,10 +53,16 @@ from twisted.logger import Logger
 from malamute_pack.client.core import ClientCore, ClientState, Done
 from malamute_pack.client.dealer import check_endpoints, make_watched_dealer
 from malamute_pack.client.endpoints import EndpointSpec, parse_endpoints
-from malamute_pack.client.errors import BrokerUnreachableError, ClientClosedError, ClientError
+from malamute_pack.client.errors import (
+    AuthenticationRefusedError,
+    BrokerUnreachableError,
+    ClientClosedError,
+    ClientError,
+)
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.facade import ClientFacade
 from malamute_pack.client.monitor import (
+    Handshakes,
     LinkChange,
     Refusal,
     link_change,
@@ -130,6 +138,7 @@ class BlockingClient(ClientFacade[None, int]):
         self._monitor: zmq.Socket[bytes] | None = None
         self._linked = True
         self._changes: deque[LinkChange | Refusal] = deque()
+        self._handshakes = Handshakes(resolved.curve is not None)
         self._socket = self._dealer(endpoints[0])
         self._deliveries: deque[Delivery] = deque()
         self._confirmations: deque[Confirmation] = deque()
@@ -137,8 +146,11 @@ class BlockingClient(ClientFacade[None, int]):
         self._due = 0.0  # when the core next wants its timers run
         try:
             self._run_command(self._core.connect)
-        except BaseException:
+        except BaseException as e:
+            refused = self._refused_instead(e)
             self._close_sockets()
+            if refused is not e:
+                raise refused from None
             raise
 
     def close(self) -> None:
@@ -342,13 +354,31 @@ class BlockingClient(ClientFacade[None, int]):
         wakeup = self._core.wakeup_at()
         self._due = math.inf if wakeup is None else wakeup
 
+    def _refused_instead(self, error: BaseException) -> BaseException:
+        """
+        What the constructor raises for C{error}: at the timeout, the
+        refusal the handshakes make (a CURVE broker that broke them off), if
+        any.
+        """
+        if not isinstance(error, BrokerUnreachableError) or isinstance(
+            error, AuthenticationRefusedError
+        ):
+            return error
+        if self._monitor is not None:
+            self._read_monitor()  # what it said since the last turn counts too
+        refusal = self._handshakes.refusal()
+        if refusal is None:
+            return error
+        options = self._core.options
+        return refusal_error(refusal, self._core.endpoint, options.plain, options.curve)
+
     def _read_monitor(self) -> None:
         """Take what the monitor says (the core hears it on the next turn)."""
         monitor = self._monitor
         assert monitor is not None
         try:
             while True:
-                change = link_change(monitor.recv_multipart(zmq.NOBLOCK))
+                change = self._handshakes.heard(link_change(monitor.recv_multipart(zmq.NOBLOCK)))
                 if change is not None:
                     self._changes.append(change)
                     if self._several:

@@ -33,7 +33,9 @@ waiting for the timeout), and an endpoint where no connection comes up
 within a short grace is left for the next (``malamute_pack.client.monitor``).
 With one endpoint or several, the monitor also says at once when the
 broker refuses the credentials (or requires some and none were given):
-L{AuthenticationRefusedError}, never retried.
+L{AuthenticationRefusedError}, never retried; and when a CURVE client's
+handshakes keep being broken off (its key for the broker is wrong):
+L{WrongServerKeyError}, as soon as two were, or at the timeout after one.
 
 Tests: ``tests/test_client_bulk.py``.
 """
@@ -64,6 +66,7 @@ from malamute_pack.client.errors import (
     MalamuteError,
 )
 from malamute_pack.client.monitor import (
+    Handshakes,
     LinkChange,
     Refusal,
     link_change,
@@ -200,6 +203,7 @@ class BulkClient:
         # connection up or lost), and whether its connection is up.
         self._monitor: zmq.Socket[bytes] | None = None
         self._linked = False
+        self._handshakes = Handshakes(self._options.curve is not None)
         self._credit = 0  # credit the broker holds for this connection
         self._last_sent = 0.0
         try:
@@ -246,8 +250,10 @@ class BulkClient:
             try:
                 self._open_at(self._timeout)
             except _Silent:
-                raise BrokerUnreachableError(
-                    f"no Malamute broker answered at {self.endpoint} within {self._timeout:g} s"
+                raise self._refused_or(
+                    BrokerUnreachableError(
+                        f"no Malamute broker answered at {self.endpoint} within {self._timeout:g} s"
+                    )
                 ) from None
             return
         deadline = time.monotonic() + self._timeout
@@ -263,9 +269,11 @@ class BulkClient:
                 left = self.endpoint
                 round_failed = self._fail_over()
             if time.monotonic() >= deadline:
-                raise BrokerUnreachableError(
-                    f"no Malamute broker at {', '.join(self.endpoints)} accepted us within "
-                    f"{self._timeout:g} s (the last: {left}, {why})"
+                raise self._refused_or(
+                    BrokerUnreachableError(
+                        f"no Malamute broker at {', '.join(self.endpoints)} accepted us within "
+                        f"{self._timeout:g} s (the last: {left}, {why})"
+                    )
                 )
             if round_failed:
                 time.sleep(min(BACK_OFF, max(0.0, deadline - time.monotonic())))
@@ -307,7 +315,9 @@ class BulkClient:
         assert self._monitor is not None
         try:
             while True:
-                change = link_change(self._monitor.recv_multipart(zmq.NOBLOCK))
+                change = self._handshakes.heard(
+                    link_change(self._monitor.recv_multipart(zmq.NOBLOCK))
+                )
                 if isinstance(change, Refusal):
                     options = self._options
                     raise refusal_error(change, self.endpoint, options.plain, options.curve)
@@ -318,6 +328,16 @@ class BulkClient:
                     self._linked = True
         except zmq.Again:
             pass
+
+    def _refused_or(self, error: BrokerUnreachableError) -> BrokerUnreachableError:
+        """
+        C{error} (no answer in time), or the refusal the handshakes make (a
+        CURVE broker that broke them off) if any.
+        """
+        refusal = self._handshakes.refusal()
+        if refusal is None:
+            return error
+        return refusal_error(refusal, self.endpoint, self._options.plain, self._options.curve)
 
     def _fail_over(self) -> bool:
         """

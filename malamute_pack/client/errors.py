@@ -60,6 +60,24 @@ class AuthenticationRefusedError(BrokerUnreachableError):
         self.status = status
 
 
+class WrongServerKeyError(AuthenticationRefusedError):
+    """
+    The broker broke off every CURVE handshake of a client that never
+    completed one: the broker's public key the client was given is
+    probably not the broker's (it cannot read the client's HELLO, and
+    libzmq says no more than that the connection closed). Raised as soon
+    as two handshakes broke off, or when connect() times out after one.
+
+    @ivar server_key: the broker key the client was given (Z85).
+    @ivar broken_off: how many handshakes the broker broke off.
+    """
+
+    def __init__(self, message: str, endpoint: str, server_key: str, broken_off: int) -> None:
+        super().__init__(message, endpoint, "CURVE")
+        self.server_key = server_key
+        self.broken_off = broken_off
+
+
 class ClientClosedError(ClientError):
     """The client is not open (never connected, closing or closed)."""
 

@@ -18,6 +18,16 @@ C{PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH}). libzmq 4.3 does not reconnect
 after either, so without the monitor the client would wait out its
 timeout and report the broker unreachable; L{refusal_error} says what to
 fix instead.
+
+A CURVE client given the wrong broker key is not told so by libzmq: the
+broker cannot open the client's HELLO and closes the connection, and the
+client hears C{EVENT_HANDSHAKE_FAILED_NO_DETAIL} (EPIPE or ECONNRESET),
+C{EVENT_DISCONNECTED}, and connects again every 100 to 200 ms, for ever
+(a dead broker gives no C{EVENT_CONNECTED}, a slow one no failure).
+L{Handshakes} counts those broken-off handshakes across the client's
+DEALERs: L{BROKEN_OFF_CONCLUSIVE} of them with none succeeded, or one
+when connect() times out, make a L{Refusal} that L{refusal_error} turns
+into L{WrongServerKeyError}.
 A blocking client whose send found no room waits with L{wait_writable},
 which wakes up for the monitor too (a connection that broke leaves no room
 ever: waiting for room alone would last until the timeout).
@@ -31,6 +41,7 @@ Tests: ``tests/test_client_monitor.py``.
 from __future__ import annotations
 
 import enum
+import errno
 import itertools
 import struct
 import time
@@ -40,17 +51,25 @@ from typing import Final
 
 import zmq
 
-from malamute_pack.client.errors import AuthenticationRefusedError
+from malamute_pack.client.errors import AuthenticationRefusedError, WrongServerKeyError
 from malamute_pack.client.options import CurveKeys
 
 # The events a watched DEALER reports: its connection up or lost, and a
-# security handshake the broker refused.
+# security handshake the broker refused or broke off.
 LINK_EVENTS: Final = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
+#: Handshakes broken off by the broker, none succeeding, after which a
+#: CURVE client reports its broker key wrong (libzmq retries every 100 to
+#: 200 ms: the second comes within about 0.2 s).
+BROKEN_OFF_CONCLUSIVE: Final = 2
+# What a handshake broken off by the peer fails with (the peer closed the
+# connection), not a handshake timing out.
+_PEER_CLOSED: Final = frozenset((errno.EPIPE, errno.ECONNRESET))
 MECHANISM_MISMATCH: Final = int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
 # libzmq's protocol error codes by name, for messages.
 PROTOCOL_ERRORS: Final = {
@@ -66,6 +85,7 @@ _addresses = itertools.count(1)
 class LinkChange(enum.Enum):
     MADE = "made"  # the connection is up: messages can be queued on it
     LOST = "lost"  # the connection broke
+    BROKEN_OFF = "broken off"  # the broker closed it during the handshake (L{Handshakes})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +95,15 @@ class Refusal:
     code (400: the credentials are wrong) for a refusal of the credentials,
     C{protocol_error} libzmq's protocol error code for a failed handshake
     (L{MECHANISM_MISMATCH}: the client offers another mechanism than the
-    broker's endpoint takes). One of the two is None.
+    broker's endpoint takes). One of the two is None, or both, and
+    C{broken_off} counts the handshakes of a CURVE client that the broker
+    broke off, none succeeding (L{Handshakes}): its key for the broker is
+    probably wrong.
     """
 
     status: int | None = None
     protocol_error: int | None = None
+    broken_off: int = 0
 
 
 _CHANGES: Final = {
@@ -130,11 +154,56 @@ def link_change(frames: Sequence[bytes]) -> LinkChange | Refusal | None:
         return Refusal(status=value)
     if event == _FAILED_PROTOCOL:
         return Refusal(protocol_error=value)
+    if event == _FAILED_NO_DETAIL:
+        return LinkChange.BROKEN_OFF if value in _PEER_CLOSED else None
     return _CHANGES.get(event)
 
 
 _FAILED_AUTH: Final = int(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 _FAILED_PROTOCOL: Final = int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+_FAILED_NO_DETAIL: Final = int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
+class Handshakes:
+    """
+    A client's security handshakes so far, across its DEALERs: whether one
+    succeeded, and how many the broker broke off. For a CURVE client,
+    handshakes broken off with none succeeded say that the broker's public
+    key it was given is probably not the broker's (or that something other
+    than a Malamute broker listens there): libzmq cannot tell it otherwise.
+
+    @ivar succeeded: whether a handshake ever succeeded.
+    @ivar broken_off: the handshakes the broker broke off.
+    """
+
+    def __init__(self, curve: bool) -> None:
+        """@param curve: whether the client offers CURVE (else nothing is concluded)."""
+        self._curve = curve
+        self.succeeded = False
+        self.broken_off = 0
+
+    def heard(self, change: LinkChange | Refusal | None) -> LinkChange | Refusal | None:
+        """
+        What C{change} (from L{link_change}) tells the client, once counted:
+        a broken-off handshake says nothing, but the one that makes them
+        L{BROKEN_OFF_CONCLUSIVE} is a L{Refusal} (once).
+        """
+        if change is LinkChange.MADE:
+            self.succeeded = True
+        elif change is LinkChange.BROKEN_OFF:
+            self.broken_off += 1
+            return self.refusal() if self.broken_off == BROKEN_OFF_CONCLUSIVE else None
+        return change
+
+    def refusal(self) -> Refusal | None:
+        """
+        The L{Refusal} the handshakes so far make, for a CURVE client whose
+        handshakes the broker broke off (one is enough when connect() timed
+        out) and none succeeded; None otherwise.
+        """
+        if self._curve and self.broken_off and not self.succeeded:
+            return Refusal(broken_off=self.broken_off)
+        return None
 
 
 def offered_mechanism(plain: tuple[str, str] | None, curve: CurveKeys | None) -> str:
@@ -152,6 +221,17 @@ def refusal_error(
 ) -> AuthenticationRefusedError:
     """The error that tells the user what the broker at C{endpoint} refused, and what to fix."""
     mechanism = offered_mechanism(plain, curve)
+    if refusal.broken_off and curve is not None:
+        times = {1: "once", 2: "twice"}.get(refusal.broken_off, f"{refusal.broken_off} times")
+        return WrongServerKeyError(
+            f"the broker at {endpoint} broke off the CURVE handshake ({times}, never "
+            "completing one): the broker's public key given to this client (server key "
+            f"{curve.server}) is probably not the broker's; check it against the broker's "
+            "server.key",
+            endpoint,
+            curve.server,
+            refusal.broken_off,
+        )
     if refusal.status is not None:
         if refusal.status != 400:
             why = f"could not check the credentials (ZAP status {refusal.status})"

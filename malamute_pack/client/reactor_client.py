@@ -29,7 +29,9 @@ on is left after a short grace (``malamute_pack.client.monitor``). With
 one endpoint or several, that monitor also says at once when the broker
 refuses the credentials (or requires some and none were given):
 C{connect} fails with L{AuthenticationRefusedError} then, not after its
-timeout.
+timeout. A CURVE client whose handshakes the broker keeps breaking off (the
+broker's key it was given is wrong) fails with L{WrongServerKeyError} as
+soon as two did, or at its timeout after one (L{Handshakes}).
 
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides (C{timeout=2.0, version=1}...). The client speaks protocol
@@ -59,10 +61,16 @@ from twisted.logger import Logger
 from malamute_pack.client.core import ClientCore, ClientState, Done
 from malamute_pack.client.dealer import check_endpoints, make_watched_dealer
 from malamute_pack.client.endpoints import EndpointSpec, parse_endpoints
-from malamute_pack.client.errors import ClientClosedError, ClientError
+from malamute_pack.client.errors import (
+    AuthenticationRefusedError,
+    BrokerUnreachableError,
+    ClientClosedError,
+    ClientError,
+)
 from malamute_pack.client.events import Confirmation, Delivery, Gap
 from malamute_pack.client.facade import ClientFacade
 from malamute_pack.client.monitor import (
+    Handshakes,
     LinkChange,
     Refusal,
     link_change,
@@ -134,6 +142,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         self._monitor: ZmqSocket | None = None
         self._linked = True  # whether the connection is up (always, as far as one endpoint goes)
         self._several = len(endpoints) > 1
+        self._handshakes = Handshakes(options.curve is not None)
         if monitor is not None:
             self._watch(monitor)
         self._dropped_before = 0  # by the sockets of endpoints left
@@ -171,7 +180,8 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         @return: fires with the client once the broker said OK; fails with
             L{MalamuteError} on ERROR, L{BrokerUnreachableError} on timeout,
             L{AuthenticationRefusedError} (at once) if the broker refused
-            the credentials or requires some and none were given,
+            the credentials or requires some and none were given (its
+            L{WrongServerKeyError} if it broke off the CURVE handshakes),
             L{BadEndpointError} if ZeroMQ refuses the endpoint, ValueError
             for options that are not valid.
         """
@@ -205,6 +215,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
             if error is None:
                 d.callback(client)
             else:
+                error = client._refused_instead(error)
                 client._shutdown()
                 d.errback(error)
 
@@ -334,12 +345,26 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
             self._monitor.close()
             self._monitor = None
 
+    def _refused_instead(self, error: ClientError) -> ClientError:
+        """
+        What connect() fails with for C{error}: at the timeout, the refusal
+        the handshakes make (a CURVE broker that broke them off), if any.
+        """
+        if isinstance(error, BrokerUnreachableError) and not isinstance(
+            error, AuthenticationRefusedError
+        ):
+            refusal = self._handshakes.refusal()
+            if refusal is not None:
+                options = self._core.options
+                return refusal_error(refusal, self._core.endpoint, options.plain, options.curve)
+        return error
+
     def _monitored(self, batch: Batch) -> None:
         monitor = self._monitor
         for frames in batch:
             if self._monitor is not monitor:
                 break  # the client moved to another endpoint: the rest is the old one's
-            change = link_change(frames)
+            change = self._handshakes.heard(link_change(frames))
             if isinstance(change, Refusal):
                 options = self._core.options
                 error = refusal_error(change, self._core.endpoint, options.plain, options.curve)

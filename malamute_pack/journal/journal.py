@@ -17,7 +17,13 @@ batch of writes handed to the writer (``shipper``, with its position in
 the order of writes) to send to its partner, and may have the journal hold
 each batch's outcome (callbacks, the durability of stream records) until
 the partner says it has it too (``hold_for_replica``, ``replica_acked``);
-the partner applies what it receives with :meth:`Journal.apply`.
+the partner applies what it receives with :meth:`Journal.apply`. Besides
+records and letters, the writes it ships are the owners of addresses
+(:meth:`Journal.save_owner`: the journal is the broker's
+:class:`~malamute_pack.broker.access.OwnerStore`, and :meth:`Journal.open`
+reads the claims back), an operator's stream deletes and retention changes
+(:meth:`Journal.delete_stream`, :meth:`Journal.set_retention`), and notes
+for the partner alone (:meth:`Journal.pass_to_partner`).
 
 A record that alone cannot be written fails alone: a letter's
 ``on_durable`` gets its own JournalError (``record_refused``), a stream
@@ -27,12 +33,15 @@ journal itself, such as a full disk, which fail a whole batch).
 
 Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
 ``tests/test_journal_durability.py``, ``tests/test_journal_disk_full.py``,
-``tests/test_journal_isolation.py``, ``tests/test_journal_origin.py``.
+``tests/test_journal_isolation.py``, ``tests/test_journal_origin.py``,
+``tests/test_journal_owners.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import closing
@@ -76,12 +85,16 @@ from malamute_pack.journal.writer import (
     DurableCallback,
     Execute,
     JournalWriter,
+    OwnerClaim,
+    PartnerNote,
     Prune,
     PruneOutcome,
     QueuedRemove,
     QueuedStore,
+    RetentionSet,
     Stop,
     StreamAppend,
+    StreamDelete,
     WriteOp,
 )
 
@@ -137,6 +150,8 @@ class Recovered:
     last_id: int = 0
     # The pair_state table (malamute_pack.pair).
     pair: dict[str, str] = field(default_factory=dict)
+    # The owners of addresses: address to (user, when claimed).
+    owners: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 # What a pair's active hands its shipper: the position (in the order of
@@ -194,6 +209,8 @@ class Journal:
         self._writer: JournalWriter | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_pool: ThreadPool | None = None
+        # A close under way: who else asked for it waits for its end.
+        self._closing: list[Deferred[None]] | None = None
         self._prune_loop: LoopingCall | None = None
         self._pruning = False
         self.shipper: Shipper | None = None
@@ -236,8 +253,17 @@ class Journal:
     def set_retention(self, config: JournalConfig) -> None:
         """
         Prune by C{config}'s retention from the next pruning step on (an
-        operator's change, until the broker restarts).
+        operator's change, until the broker restarts). It takes its place
+        in the order of writes (L{RetentionSet}), so that a pair's partner
+        prunes by it too.
         """
+        self._use_config(config)
+        if self._writer is not None:
+            self._pending += 1
+            change = RetentionSet(config.retention, dict(config.per_stream_retention))
+            self._submit(self._writer, change)
+
+    def _use_config(self, config: JournalConfig) -> None:
         self._config = config
         if self._writer is not None:
             self._writer.config = config
@@ -250,35 +276,68 @@ class Journal:
         """
         Delete every record of C{stream} assigned so far (an operator's
         delete): gone for readers at once (the first retained sequence
-        number moves past them), from the file once everything queued
-        before is written; fires with the records and content bytes
-        deleted. Its sequence numbers go on.
+        number moves past them), from the file in the order of writes
+        (L{StreamDelete}, which a pair's partner applies too); fires with
+        the records and content bytes deleted. Its sequence numbers go on.
         """
+        writer = self._open_writer()
         last = self.last_seq(stream)
         if last + 1 > self._first_seq.get(stream, 1):
             self._first_seq[stream] = last + 1
-        where = "FROM stream_messages WHERE stream = ? AND seq <= ?"
-        # Queries, in order, in one transaction: what goes, then the
-        # stream's totals less it, then the records.
-        deleted = self.execute(
-            [],
-            [
-                (f"SELECT count(*), coalesce(sum(bytes), 0) {where}", (stream, last)),
-                (
-                    f"UPDATE streams SET message_count = max(0, message_count -"
-                    f" (SELECT count(*) {where})), total_bytes = max(0, total_bytes -"
-                    f" (SELECT coalesce(sum(bytes), 0) {where})) WHERE stream = ?",
-                    (stream, last, stream, last, stream),
-                ),
-                (f"DELETE {where}", (stream, last)),
-            ],
-        )
+        deleted: Deferred[tuple[int, int]] = Deferred()
 
-        def done(rows: list[Rows]) -> tuple[int, int]:
-            count, size = rows[0][0]
-            return int(count), int(size)
+        def done(error: JournalError | None) -> None:
+            if error is not None:
+                deleted.errback(error)
+            else:
+                deleted.callback((op.deleted, op.freed))
 
-        return deleted.addCallback(done)
+        op = StreamDelete(stream, last, done)
+        self._pending += 1
+        self._submit(writer, op)
+        return deleted
+
+    def save_owner(self, address: str, user: str, claimed: float) -> None:
+        """
+        Record that C{user} owns C{address} since C{claimed}, replacing any
+        other owner it had, in the order of writes (L{OwnerClaim}, shipped
+        to a pair's partner): the broker's
+        L{OwnerStore<malamute_pack.broker.access.OwnerStore>}. Never
+        raises: a claim the journal cannot take is logged.
+        """
+        writer = self._writer
+        if writer is None:
+            _log.error(
+                "owner of {address} not saved (it is free again after a restart):"
+                " the journal {path} is not open",
+                address=ascii(address),
+                path=str(self._path),
+            )
+            return
+        self._pending += 1
+        self._submit(writer, OwnerClaim(address, user, claimed))
+
+    def pass_to_partner(self, change: object) -> None:
+        """
+        Ship C{change} to a pair's partner in its place in the order of
+        writes (a L{PartnerNote}); nothing of it is written here.
+        """
+        writer = self._open_writer()
+        self._pending += 1
+        self._submit(writer, PartnerNote(change))
+
+    def read_owners(self, after: str | None, limit: int) -> Deferred[list[tuple[str, str, float]]]:
+        """
+        Up to C{limit} owners (address, user, when claimed) committed, in
+        the order of their addresses, from the first after C{after} (None:
+        from the first of all).
+        """
+        return self._read(self._select_owners, after, limit)
+
+    def forget_before(self, stream: str, first: int) -> None:
+        """C{stream} retains nothing before C{first} (a replica following its active's)."""
+        if first > self._first_seq.get(stream, 1):
+            self._first_seq[stream] = first
 
     @property
     def pending_writes(self) -> int:
@@ -367,6 +426,9 @@ class Journal:
         self._backlog_over = False
         self._reset_positions()
         self._read_pool = ThreadPool(minthreads=1, maxthreads=1, name="journal-reader")
+        # Daemon, as the writer's: a reader left running (a close the reactor
+        # did not see through) must not keep the process from exiting.
+        self._read_pool.threadFactory = _daemon_thread  # type: ignore[assignment]
         self._read_pool.start()
         self._writer = JournalWriter(
             conn,
@@ -445,18 +507,34 @@ class Journal:
             )
         ]
         pair = dict(conn.execute("SELECT name, value FROM pair_state").fetchall())
+        owners = {
+            str(address): (str(user), float(claimed))
+            for address, user, claimed in conn.execute(
+                "SELECT address, user, claimed FROM address_owners"
+            )
+        }
         self.crashed = crashed
         self._next_seq = {stream: last + 1 for stream, (_, last) in streams.items()}
         self._first_seq = {stream: first for stream, (first, _) in streams.items()}
         self._next_id = last_id + 1
-        return Recovered(streams, queued, appends, lasts, before_skip, pair)
+        return Recovered(streams, queued, appends, lasts, before_skip, pair, owners)
 
     def close(self) -> Deferred[None]:
-        """Write everything queued, then stop the threads and close the database."""
+        """
+        Write everything queued, then stop the threads and close the
+        database. While a close is under way (its writer stopping, its
+        reader closing), another fires only when that one is done: the
+        journal service's close at shutdown waits for a pair's takeover's.
+        """
+        if self._closing is not None:
+            waiting: Deferred[None] = Deferred()
+            self._closing.append(waiting)
+            return waiting
         self._hand_over()
         writer, self._writer = self._writer, None
         if writer is None:
             return succeed(None)
+        self._closing = []
         if self._prune_loop is not None and self._prune_loop.running:
             self._prune_loop.stop()
         stopped: Deferred[None] = Deferred()
@@ -477,7 +555,16 @@ class Journal:
 
             return closed.addBoth(stop_pool)
 
-        return stopped.addCallback(close_reader)
+        def done(result: object) -> object:
+            waiting, self._closing = self._closing or [], None
+            for d in waiting:
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(None)
+            return result
+
+        return stopped.addCallback(close_reader).addBoth(done)
 
     def _open_writer(self) -> JournalWriter:
         writer = self._writer
@@ -801,6 +888,20 @@ class Journal:
                     stored.cancelled = True
                     self._pending -= 1
                     continue
+            elif kind is StreamDelete:
+                delete = cast(StreamDelete, op)
+                self.forget_before(delete.stream, delete.through + 1)
+                if delete.through >= next_seq.get(delete.stream, 1):
+                    next_seq[delete.stream] = delete.through + 1
+            elif kind is RetentionSet:
+                change = cast(RetentionSet, op)
+                self._use_config(
+                    dataclasses.replace(
+                        self._config,
+                        retention=change.retention,
+                        per_stream_retention=dict(change.per_stream),
+                    )
+                )  # pruned by it at the next pruning step
             self._pending += 1
             self._submit(writer, op)
 
@@ -879,6 +980,17 @@ class Journal:
             (stream, from_seq, to_seq, limit),
         ).fetchall()
         return cast(list[StreamRow], rows)
+
+    def _select_owners(self, after: str | None, limit: int) -> list[tuple[str, str, float]]:
+        assert self._reader is not None
+        select = "SELECT address, user, claimed FROM address_owners"
+        if after is None:
+            cursor = self._reader.execute(f"{select} ORDER BY address LIMIT ?", (limit,))
+        else:
+            cursor = self._reader.execute(
+                f"{select} WHERE address > ? ORDER BY address LIMIT ?", (after, limit)
+            )
+        return [(str(a), str(u), float(c)) for a, u, c in cursor.fetchall()]
 
     def _select_stream_totals(self) -> dict[str, tuple[int, int]]:
         assert self._reader is not None
@@ -1130,6 +1242,11 @@ _QUEUED_COLUMNS = (
     "id, kind, address, sender, subject, tracker, deadline, created, content,"
     " relay_origin, relay_id"
 )
+
+
+def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
+    """The reader pool's threads (L{ThreadPool.threadFactory}), daemon ones."""
+    return threading.Thread(*args, daemon=True, **kwargs)
 
 
 def _queued_record(row: tuple[Any, ...]) -> QueuedRecord:

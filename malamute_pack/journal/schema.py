@@ -37,8 +37,9 @@ Tables:
   (:mod:`malamute_pack.pair`): the epoch this journal follows or leads,
   its leader, and where the last takeover began (JSON).
 - ``address_owners``: which authenticated user owns each address (the
-  first to open it, :class:`malamute_pack.broker.access.Owners`), written
-  and read by :mod:`malamute_pack.journal.owners`.
+  first to open it, :class:`malamute_pack.broker.access.Owners`) and when
+  it was claimed, written by the journal's writer in the order of writes
+  and read back when the journal opens (:mod:`malamute_pack.journal.journal`).
 
 Tests: ``tests/test_journal_schema.py``, ``tests/test_journal_origin.py``.
 """

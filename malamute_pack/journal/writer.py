@@ -19,6 +19,15 @@ every record that can be written is, and only a record that cannot be fails
 (a letter's ``on_durable`` gets its error; a stream record, which has no
 callback, is reported as dropped). The fast path pays nothing for this.
 
+Besides records and letters, the ordered writes carry an address's owner
+(L{OwnerClaim}, an upsert of ``address_owners``), an operator's delete of
+a stream's records (L{StreamDelete}), and two changes that write nothing
+but take their place in the order of writes for a pair's partner: a
+retention change (L{RetentionSet}) and a L{PartnerNote} (the clients'
+security state after a reload). A claim or a delete is written with
+``queue_synchronous``: each is a decision (who owns an address, what an
+operator removed), as durable as a letter.
+
 It also keeps the ``streams`` and ``journal_counters`` high-water marks in
 step (a failed batch's sequence numbers are saved with the next batch that
 commits, so they are not handed out again after a restart; a mark that
@@ -48,7 +57,7 @@ from twisted.logger import Logger
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError, storage_failure
 from malamute_pack.journal.records import QueuedRecord, StreamRow, encode_frames
-from malamute_pack.journal.retention import PruneStep, prune_step
+from malamute_pack.journal.retention import PruneStep, RetentionPolicy, prune_step
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
 
 DurableCallback: TypeAlias = Callable[[JournalError | None], None]
@@ -177,6 +186,26 @@ SET_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
+UPSERT_OWNER: Final = (
+    "INSERT INTO address_owners (address, user, claimed) VALUES (?, ?, ?) "
+    "ON CONFLICT (address) DO UPDATE SET user = excluded.user, claimed = excluded.claimed"
+)
+_DELETED: Final = "FROM stream_messages WHERE stream = ? AND seq <= ?"
+_COUNT_DELETED: Final = f"SELECT count(*), coalesce(sum(bytes), 0) {_DELETED}"
+_DELETE_RECORDS: Final = f"DELETE {_DELETED}"
+_LESS_TOTALS: Final = (
+    "UPDATE streams SET message_count = max(0, message_count - ?),"
+    " total_bytes = max(0, total_bytes - ?) WHERE stream = ?"
+)
+
+
+def _delete_records(conn: sqlite3.Connection, delete: StreamDelete) -> None:
+    """A stream's records up to C{delete.through}, off its totals; what went, on C{delete}."""
+    count, size = conn.execute(_COUNT_DELETED, (delete.stream, delete.through)).fetchone()
+    if count:
+        conn.execute(_DELETE_RECORDS, (delete.stream, delete.through))
+        conn.execute(_LESS_TOTALS, (count, size, delete.stream))
+    delete.deleted, delete.freed = int(count), int(size)
 
 
 def _write_append(conn: sqlite3.Connection, append: StreamAppend) -> None:
@@ -219,6 +248,55 @@ class QueuedRemove:
 
 
 @dataclass(slots=True)
+class OwnerClaim:
+    """Record that ``user`` owns ``address`` since ``claimed`` (replacing another owner)."""
+
+    address: str
+    user: str
+    claimed: float
+
+
+@dataclass(slots=True)
+class StreamDelete:
+    """
+    Delete the records of ``stream`` up to ``through`` (an operator's
+    delete) and take them off its totals; ``on_durable`` (if any) once that
+    commits or fails, ``deleted`` and ``freed`` (records and content bytes
+    deleted) set by then.
+    """
+
+    stream: str
+    through: int
+    on_durable: DurableCallback | None = None
+    deleted: int = 0
+    freed: int = 0
+
+
+@dataclass(slots=True)
+class RetentionSet:
+    """
+    An operator's retention change (the default ``retention`` and
+    ``per_stream``): nothing is written (it lasts until the broker
+    restarts), but it takes its place in the order of writes, so that a
+    pair's partner prunes by it too.
+    """
+
+    retention: RetentionPolicy
+    per_stream: dict[str, RetentionPolicy]
+
+
+@dataclass(slots=True)
+class PartnerNote:
+    """
+    Nothing to write: a change for a pair's partner alone (the clients'
+    security state after a reload), in its place in the order of writes.
+    ``change`` is opaque to the journal.
+    """
+
+    change: object
+
+
+@dataclass(slots=True)
 class Prune:
     """Apply retention as of ``now``; ``done`` gets the total once every step ran."""
 
@@ -257,7 +335,16 @@ class Stop:
 
 
 # A stream message is queued as the row the writer inserts (records.StreamRow).
-WriteOp: TypeAlias = StreamRow | QueuedStore | QueuedRemove | StreamAppend
+WriteOp: TypeAlias = (
+    StreamRow
+    | QueuedStore
+    | QueuedRemove
+    | StreamAppend
+    | OwnerClaim
+    | StreamDelete
+    | RetentionSet
+    | PartnerNote
+)
 Control: TypeAlias = Prune | Barrier | Execute | Stop
 Operation: TypeAlias = WriteOp | Control
 # What the writer's queue carries: one operation, or a reactor turn's writes.
@@ -311,6 +398,8 @@ class _Prepared:
     bytes: int
     refused: list[tuple[DurableCallback, JournalError]]
     appends: list[StreamAppend] = field(default_factory=list)
+    claims: list[tuple[str, str, float]] = field(default_factory=list)
+    deletes: list[StreamDelete] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -500,6 +589,8 @@ class JournalWriter:
         callbacks: list[DurableCallback] = []
         refused: list[tuple[DurableCallback, JournalError]] = []
         appends: list[StreamAppend] = []
+        claims: list[tuple[str, str, float]] = []
+        deletes: list[StreamDelete] = []
         level = -1
         written_bytes = 0
         for op in batch:
@@ -552,12 +643,20 @@ class JournalWriter:
                 callbacks.append(op.on_durable)
                 written_bytes += len(blob)
                 level = max(level, self._queue_level)
-            else:
-                assert isinstance(op, QueuedRemove)
+            elif type(op) is QueuedRemove:
                 removed.append((op.record_id,))
                 level = max(level, self._queue_level)
+            elif type(op) is OwnerClaim:
+                claims.append((op.address, op.user, op.claimed))
+                level = max(level, self._queue_level)
+            elif type(op) is StreamDelete:
+                deletes.append(op)
+                level = max(level, self._queue_level)
+            # RetentionSet, PartnerNote: nothing to write.
         for stream, (last, _, _) in stream_stats.items():
             self._unsaved_stream_last[stream] = last
+        if level < 0:  # nothing written: keep whatever level is set
+            level = self._stream_level if self._synchronous is None else self._synchronous
         return _Prepared(
             len(batch),
             stream_rows,
@@ -569,6 +668,8 @@ class JournalWriter:
             written_bytes,
             refused,
             appends,
+            claims,
+            deletes,
         )
 
     def _commit(self, p: _Prepared) -> BatchOutcome:
@@ -591,13 +692,20 @@ class JournalWriter:
         for append in p.appends:
             _write_append(conn, append)
             appended += len(append.rows)
+        if p.claims:
+            conn.executemany(UPSERT_OWNER, p.claims)
+        # After every record of the batch: a delete covers those before it.
+        for delete in p.deletes:
+            _delete_records(conn, delete)
         self._finish(p)
         return BatchOutcome(
             operations=p.operations,
             records=len(p.stream_rows) + len(p.queued_rows) + appended,
             bytes=p.bytes,
             stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
-            callbacks=p.callbacks + [append.on_durable for append in p.appends],
+            callbacks=p.callbacks
+            + [append.on_durable for append in p.appends]
+            + [d.on_durable for d in p.deletes if d.on_durable is not None],
             error=None,
             refused=p.refused,
         )
@@ -654,6 +762,35 @@ class JournalWriter:
                     raise
                 # A stream name SQLite cannot take: its records were dropped
                 # above; its mark is not kept to fail every later batch.
+        for claim in p.claims:
+            try:
+                _in_savepoint(conn, UPSERT_OWNER, claim)
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                _log.warn(
+                    "owner of {address} not saved in the journal (it is free again after a"
+                    " restart): {error}",
+                    address=ascii(claim[0]),
+                    error=exc,
+                )
+        deleted: list[DurableCallback] = []
+        for delete in p.deletes:
+            conn.execute("SAVEPOINT record")
+            try:
+                _delete_records(conn, delete)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO record")
+                conn.execute("RELEASE record")
+                if storage_failure(exc):
+                    raise
+                what = f"deleting stream {delete.stream!r}"
+                if delete.on_durable is not None:
+                    refused.append((delete.on_durable, JournalError.refused(exc, self._path, what)))
+                continue
+            conn.execute("RELEASE record")
+            if delete.on_durable is not None:
+                deleted.append(delete.on_durable)
         self._finish(p)
         callbacks: list[DurableCallback] = []
         written = sum(counts[1] for counts in written_stats.values())
@@ -668,7 +805,7 @@ class JournalWriter:
             records=len(p.stream_rows) - len(dropped) + len(callbacks),
             bytes=written,
             stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
-            callbacks=callbacks + appended,
+            callbacks=callbacks + appended + deleted,
             error=None,
             refused=refused,
             dropped=dropped,
@@ -705,9 +842,11 @@ class JournalWriter:
             elif type(op) is StreamAppend:
                 callbacks.append(op.on_durable)
                 stream_last[op.key[0]] = op.key[3]
+            elif type(op) is StreamDelete and op.on_durable is not None:
+                callbacks.append(op.on_durable)
         for stream, last in stream_last.items():
             self._unsaved_stream_last[stream] = max(last, self._unsaved_stream_last.get(stream, 0))
-        records = sum(1 for op in batch if not isinstance(op, QueuedRemove))
+        records = sum(1 for op in batch if type(op) in (tuple, QueuedStore, StreamAppend))
         error = JournalError.wrap(exc, self._path, f"writing a batch of {records} records")
         return BatchOutcome(len(batch), 0, 0, stream_last, callbacks, error)
 

@@ -7,8 +7,13 @@ against ``"a" * 30 + "b"`` takes microseconds, where Python's backtracking
 ``re`` spins for minutes with the reactor blocked. The price is RE2's syntax:
 backreferences, lookaround, atomic groups and possessive quantifiers are
 refused, saying so; ``docs/protocol.md`` ("Regular expressions") lists what
-differs from Python's ``re``. Two Python spellings RE2 reads differently but
-can say exactly are rewritten first: ``\\Z`` and ``{,n}``.
+differs from Python's ``re``. Beyond the meanings listed there (ASCII
+``\\d``, ``$``...), a pattern means what it means to Python or is refused:
+Python spellings RE2 reads differently but can say exactly are rewritten
+first (``\\Z``, ``{,n}``, ``{02}``), and text RE2 would compile only by
+reading it otherwise (``a{99999999999999}``, which RE2 takes as text;
+``a(?i)b``; a group name used twice; ``\\12``, octal to RE2) is refused,
+saying why (``_as_re2``).
 
 One pattern cannot eat memory: it compiles within ``PATTERN_MAX_MEM`` and its
 program may hold at most ``MAX_PROGRAM_SIZE`` RE2 instructions (the wire
@@ -92,28 +97,78 @@ _UNSUPPORTED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 
-# Python's {,n}: "0 to n" there, literal text to RE2.
-_OMITTED_MIN = re.compile(r"\{,(\d*)\}")
+#: RE2's largest repetition count (Python's ``re`` takes up to 2**32 - 2).
+MAX_REPEAT = 1000
+
+# Patterns with none of these compile as they are (nearly all do): a brace, an
+# extension group, an escaped digit or anchor, a quantified ^ or $.
+_CHECKED = re.compile(r"\{|\(\?|\\[1-9AbBZ]|[$^][*+?]")
+# What Python reads as a repetition: ASCII digits, any number, leading zeros too.
+_REPEAT = re.compile(r"\{([0-9]*)(?:(,)([0-9]*))?\}")
+# A flags group of the flags RE2 knows (RE2 refuses a, L, u and x itself).
+_FLAGS = re.compile(r"\(\?([imsU]*)(-[imsU]+)?\)")
+# A named group, in Python's spelling or RE2's (not a lookbehind).
+_NAMED = re.compile(r"\(\?(P?)<(?![=!])([^>]*)>")
+# An escape whose braces are its own: \x{e9}, \p{Greek} (RE2's), \N{...}.
+_BRACED_ESCAPE = re.compile(r"\\[xpPN]\{[^}]*\}?")
+# The digits of an octal escape, as both engines read at most three.
+_OCTAL = re.compile(r"[0-7]{1,3}")
+_ANCHORS = frozenset(("^", "$", "\\A", "\\b", "\\B", "\\Z"))
 
 
 def _as_re2(expression: str) -> str:
     r"""
-    ``expression`` with the Python spellings RE2 reads otherwise but can say
-    exactly rewritten: ``\Z`` (end of subject; RE2 refuses it and spells it
-    ``\z``) and ``{,n}``/``{,}`` (``{0,n}``/``{0,}``). Escapes and character
-    classes are stepped over, so ``\\Z`` and ``[{,2}]`` are left alone.
+    ``expression`` as RE2 must read it to mean what it means to Python's
+    ``re``; a ``PatternError`` where RE2 would compile it only by reading it
+    otherwise.
+
+    Rewritten, since RE2 can say them exactly: ``\Z`` (end of subject; RE2
+    refuses it and spells it ``\z``) and every repetition Python reads in
+    braces, in RE2's spelling: ``{,n}``, ``{,}`` and counts with leading
+    zeros (``{02}``), which RE2 reads as literal text, become ``{0,n}``,
+    ``{0,}`` and ``{2}``; a brace Python reads as text is escaped.
+
+    Refused: a repetition count above ``MAX_REPEAT`` (RE2 refuses one of up
+    to nine digits and reads a longer one as text, where Python repeats or
+    refuses), a minimum above the maximum, a quantified anchor (``^*``,
+    ``\b+``), a group name that is not an identifier or is used twice, RE2's
+    ``(?<name>...)``, flags groups other than ``(?flags)`` at the very start
+    (``a(?i)b``, ``(?-i)``, ``(?)``), ``\12`` (a backreference to Python, a
+    character to RE2) and octal escapes above ``\377``.
+
+    Escapes and character classes are stepped over, so ``\\Z`` and
+    ``[{,2}]`` are left alone.
     """
-    if "\\Z" not in expression and "{," not in expression:
+    if not _CHECKED.search(expression):
         return expression  # nearly every pattern
     out: list[str] = []
+    names: set[str] = set()
     position, end = 0, len(expression)
     in_class = False
+    at_start = True  # nothing but flags groups so far
+    anchor = ""  # the anchor just passed, which takes no quantifier
     while position < end:
         char = expression[position]
+        if anchor:
+            _check_unquantified(expression, position, anchor)
+            anchor = ""
         if char == "\\" and position + 1 < end:
             escaped = expression[position + 1]
-            out.append("\\z" if escaped == "Z" and not in_class else char + escaped)
-            position += 2
+            if braced := _BRACED_ESCAPE.match(expression, position):
+                token = braced.group()
+            elif escaped == "Q" and not in_class:
+                # RE2's \Q...\E: text, braces and all.
+                close = expression.find("\\E", position + 2)
+                token = expression[position : end if close < 0 else close + 2]
+            else:
+                token = char + escaped
+                if escaped in "0123456789":
+                    _check_octal(expression, position + 1, in_class)
+                if not in_class and token in _ANCHORS:
+                    anchor = token
+            out.append("\\z" if token == "\\Z" and not in_class else token)
+            position += len(token)
+            at_start = False
             continue
         if in_class:
             in_class = char != "]"
@@ -127,14 +182,136 @@ def _as_re2(expression: str) -> str:
                 position += 1
             out.append(expression[start:position])
             in_class = True
+            at_start = False
             continue
-        elif char == "{" and (omitted := _OMITTED_MIN.match(expression, position)):
-            out.append(f"{{0,{omitted.group(1)}}}")
-            position = omitted.end()
+        elif char == "{":
+            token, position = _repetition(expression, position)
+            out.append(token)
+            at_start = False
             continue
+        elif expression.startswith("(?", position):
+            if expression.startswith("(?#", position):
+                out.append(expression[position:])  # a comment, which RE2 refuses
+                break
+            if flags := _FLAGS.match(expression, position):
+                _check_flags(flags.group(), flags.group(1), flags.group(2), at_start)
+                out.append(flags.group())
+                position = flags.end()
+                continue
+            if named := _NAMED.match(expression, position):
+                _check_name(named.group(), named.group(1) == "P", named.group(2), names)
+                out.append(named.group())
+                position = named.end()
+                at_start = False
+                continue
+        elif char in "^$":
+            anchor = char
         out.append(char)
         position += 1
+        at_start = False
     return "".join(out)
+
+
+def _repetition(expression: str, position: int) -> tuple[str, int]:
+    """
+    What RE2 must read for the ``{`` at ``position`` (outside a class), and
+    where the text after it starts: the repetition Python reads there, in
+    RE2's spelling, or an escaped brace where Python reads text.
+    """
+    repeat = _REPEAT.match(expression, position)
+    low_digits, comma, high_digits = repeat.groups() if repeat else ("", None, "")
+    if repeat is None or not (low_digits or comma):
+        return "\\{", position + 1  # "{", "{}", "{a}", "{1,2,3}": text to both
+    text = repeat.group()
+    low = _count(low_digits, text)
+    high = _count(high_digits, text) if high_digits else None
+    if not comma:
+        return f"{{{low}}}", repeat.end()
+    if high is not None and low > high:
+        raise PatternError(
+            f"regex: repetition minimum {low} is more than its maximum {high}: {text}"
+        )
+    return f"{{{low},{'' if high is None else high}}}", repeat.end()
+
+
+def _count(digits: str, text: str) -> int:
+    """A repetition count's value; refused past ``MAX_REPEAT``."""
+    number = digits.lstrip("0") or "0"
+    if len(number) > len(str(MAX_REPEAT)) or int(number) > MAX_REPEAT:
+        raise PatternError(f"regex: repetition count {number} is more than {MAX_REPEAT}: {text}")
+    return int(number)
+
+
+def _check_unquantified(expression: str, position: int, anchor: str) -> None:
+    """Refuse a quantifier at ``position``, just after ``anchor`` (Python does)."""
+    char = expression[position]
+    repeat = _REPEAT.match(expression, position) if char == "{" else None
+    if repeat and (repeat.group(1) or repeat.group(2)):
+        quantifier = repeat.group()
+    elif char in "*+?":
+        quantifier = char
+    else:
+        return
+    raise PatternError(
+        f"regex: nothing to repeat: {anchor}{quantifier} (an anchor takes no quantifier)"
+    )
+
+
+def _check_octal(expression: str, digit: int, in_class: bool) -> None:
+    """
+    Refuse the escape whose first digit is at ``digit`` where RE2 reads an
+    octal character and Python does not: ``\\400`` to ``\\777`` (past one
+    byte: Python refuses) and, outside a class, ``\\12`` (a backreference).
+    """
+    octal = _OCTAL.match(expression, digit)
+    if octal is None:
+        return  # \8 or \9: RE2 refuses them (backreferences)
+    digits = octal.group()
+    if len(digits) == 3 and int(digits, 8) > 0o377:
+        raise PatternError(f"regex: octal escape \\{digits} is more than \\377")
+    if len(digits) == 2 and digits[0] != "0" and not in_class:
+        raise _unsupported(
+            "backreferences",
+            f"\\{digits} (a backreference in Python; the character is \\x{int(digits, 8):02x})",
+        )
+
+
+def _check_flags(group: str, on: str, off: str | None, at_start: bool) -> None:
+    """Refuse a flags group Python refuses and RE2 reads as flags from there on."""
+    if off:
+        raise PatternError(
+            f"regex: flags are turned off only for a group, as in Python: write (?{on}{off}:...), "
+            f"not {group}"
+        )
+    if not on:
+        raise PatternError(f"regex: empty flags group: {group}")
+    if not at_start:
+        raise PatternError(
+            f"regex: flags must come at the very start, as in Python: write (?{on}:...) for "
+            f"part of the pattern, not {group}"
+        )
+
+
+def _check_name(group: str, python_spelling: bool, name: str, names: set[str]) -> None:
+    """Refuse a named group Python would not read: a bad name, one used twice."""
+    if not python_spelling:
+        raise PatternError(
+            f"regex: a named group is written (?P<name>...), as in Python, not {group}"
+        )
+    if not name.isidentifier():
+        raise PatternError(
+            f"regex: bad group name {name!r}: a name is a letter or _ then letters, digits or _"
+        )
+    if name in names:
+        raise PatternError(f"regex: group name {name!r} used twice")
+    names.add(name)
+
+
+def _unsupported(feature: str, detail: str) -> PatternError:
+    return PatternError(
+        f"regex: {feature} are not supported (patterns run on RE2, which matches in "
+        f"linear time): {detail}"
+    )
 
 
 def _refusal(message: bytes) -> PatternError:
@@ -142,12 +319,15 @@ def _refusal(message: bytes) -> PatternError:
     reason = message.decode("utf-8", "replace")
     if reason.startswith("pattern too large"):
         return _too_large(f"more than {MAX_PROGRAM_SIZE}")
+    if reason.startswith("invalid repetition size: "):
+        # Each count is at most MAX_REPEAT (_as_re2): their product is not.
+        return PatternError(
+            f"regex: nested repetition counts multiply to more than {MAX_REPEAT}: "
+            f"{reason.partition(': ')[2]}"
+        )
     for fragment, feature in _UNSUPPORTED:
         if fragment.search(reason):
-            return PatternError(
-                f"regex: {feature} are not supported (patterns run on RE2, which "
-                f"matches in linear time): {reason}"
-            )
+            return _unsupported(feature, reason)
     return PatternError(f"regex: {reason}")
 
 

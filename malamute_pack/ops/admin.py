@@ -3,7 +3,10 @@ What an operator may do to a running broker (the management API's admin
 actions): purge a mailbox or a service queue, delete a stream's retained
 records, disconnect a client, change retention. Each acts on the model
 and the journal as the broker itself would, and returns what it did as a
-JSON-ready dict; a name that does not exist is an L{AdminError}.
+JSON-ready dict; a name that does not exist is an L{AdminError}. A
+stream's delete and a retention change are writes of the journal, so a
+pair's active ships them to its partner like its records (purges remove
+letters, which it ships too).
 
 Tests: ``tests/test_ops_admin.py``.
 """
@@ -74,7 +77,7 @@ class Admin:
         """
         Delete every record C{stream} retains: readers behind it skip to
         what is written next (they are told of the gap); the file's rows
-        go in the journal's next transaction.
+        go in the journal's next transaction (and on a pair's partner too).
         """
         streams = self._broker.streams
         journal = self._journal
@@ -127,7 +130,8 @@ class Admin:
         """
         Change the retention of C{stream} (None: the default of every
         stream without its own): None leaves a limit as it is, 0 removes
-        it. Pruned by the new policy at once, and until the broker restarts.
+        it. Pruned by the new policy at once, and until the broker restarts
+        (a pair's partner prunes by it too, and keeps it if it takes over).
         """
         journal = self._journal
         if journal is None:

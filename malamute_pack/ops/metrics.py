@@ -14,7 +14,11 @@ and sizes. Per-stream, per-mailbox and per-service families carry a label
 (C{stream}, C{address}, C{service}) and at most L{MAX_LABEL_SETS} label
 sets each: past that, the names after the first ones in sorted order (a
 stable choice between scrapes) are summed into the one label value
-C{other} (the maximum, for ages).
+C{other} (the maximum, for ages). A broker that authenticates also shows
+its ZAP handler's answers by domain and what its login throttle holds
+(C{malamute_zap_*}: a brute force shows as refusals, throttled and
+hurried ones rising); a broker in a pack, its members and the nodes a
+CURVE pack turned away (C{malamute_pack_*}).
 
 Tests: ``tests/test_ops_metrics.py``.
 """
@@ -35,6 +39,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from malamute_pack.ops.stats import Statistics
+from malamute_pack.transport.zap import ZapHandler
 
 # Label sets per family at most; the rest are summed under OTHER.
 MAX_LABEL_SETS: Final = 1000
@@ -80,6 +85,13 @@ _SERVICE_COLUMNS: Final[Sequence[_Column]] = (
     ("bytes", "bytes", False, "Bytes of requests queued.", "sum"),
     ("oldest_s", "oldest_seconds", False, "Age of the oldest queued request.", "max"),
     ("workers", "workers", False, "Workers offering the service.", "sum"),
+)
+# DomainCounters field: help text.
+_ZAP_COUNTERS: Final = (
+    ("accepted", "Connections authenticated (ZAP), by domain."),
+    ("refused", "Authentication attempts refused (ZAP), by domain."),
+    ("throttled", "Refusals answered late: their (address, user) had failed lately."),
+    ("hurried", "Late refusals answered early: too many were waiting (a flood)."),
 )
 _JOURNAL: Final = (
     ("size_bytes", "size_bytes", False, "Size of the journal's files."),
@@ -199,6 +211,9 @@ class StatisticsCollector(Collector):
         yield from self._clients(statistics.clients())
         yield from self._journal(statistics.journal())
         yield from self._limits(statistics.limits())
+        if statistics.zap is not None:
+            yield from self._zap(statistics.zap)
+        yield from self._pack(statistics.pack_status())
         if self._logins_refused is not None:
             yield CounterMetricFamily(
                 f"{PREFIX}_http_logins_refused",
@@ -294,6 +309,49 @@ class StatisticsCollector(Collector):
                 if (value := _number(latency.get(key))) is not None:
                     family.add_metric([quantile], value / 1000.0)
             yield family
+
+    def _zap(self, zap: ZapHandler) -> Iterator[Metric]:
+        """Authentication by ZAP domain, and what its login throttle holds now."""
+        for field, text in _ZAP_COUNTERS:
+            family = CounterMetricFamily(f"{PREFIX}_zap_{field}", text, labels=["domain"])
+            for domain, counters in sorted(zap.counters.items()):
+                family.add_metric([domain], getattr(counters, field))
+            yield family
+        yield GaugeMetricFamily(
+            f"{PREFIX}_zap_pending", "Refusals waiting for their delayed answer.", zap.pending
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_zap_tracked",
+            "(address, user) pairs whose recent failures the throttle remembers.",
+            zap.tracked,
+        )
+
+    def _pack(self, pack: Mapping[str, Any]) -> Iterator[Metric]:
+        """The pack's members and, in a CURVE pack, the brokers it turned away."""
+        if not pack.get("running"):
+            return
+        yield GaugeMetricFamily(
+            f"{PREFIX}_pack_members", "Peer brokers federated with this one.", len(pack["members"])
+        )
+        refused = CounterMetricFamily(
+            f"{PREFIX}_pack_refused",
+            "Nodes a CURVE pack turned away (a key not listed, no key, another key"
+            " than its connection's, a key no longer listed), by reason.",
+            labels=["reason"],
+        )
+        for reason, n in sorted((pack.get("refused") or {}).items()):
+            refused.add_metric([reason], n)
+        yield refused
+        counters = pack.get("counters") or {}
+        owners = CounterMetricFamily(
+            f"{PREFIX}_pack_owner_claims",
+            "Owner claims heard from peer brokers: learned (they changed an owner here)"
+            " or ignored (an open pack believes none).",
+            labels=["outcome"],
+        )
+        for outcome in ("learned", "ignored"):
+            owners.add_metric([outcome], counters.get(f"owners_{outcome}", 0))
+        yield owners
 
     def _limits(self, limits: Mapping[str, Any]) -> Iterator[Metric]:
         family = GaugeMetricFamily(

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from malamute_pack.multicast.service import BridgeService
     from malamute_pack.pack.service import PackService
     from malamute_pack.pair.service import PairService
+    from malamute_pack.transport.zap import ZapHandler
 
 _log = Logger()
 
@@ -88,6 +89,8 @@ class Statistics:
     @ivar pack: the pack's service, when this broker is in a pack.
     @ivar pair: the pair's service, when this broker is one of a pair.
     @ivar bridges: the multicast bridges' service, when there are bridges.
+    @ivar zap: the ZAP handler, when endpoints or links authenticate (its
+        counters and throttle are exported as metrics).
     @ivar bound: the endpoints the broker's sockets are bound to, as
         ZeroMQ reports them (the configured ones until set).
     @ivar refreshing: a read of the journal's per-stream totals is under way.
@@ -109,6 +112,7 @@ class Statistics:
         self.pack: PackService | None = None
         self.pair: PairService | None = None
         self.bridges: BridgeService | None = None
+        self.zap: ZapHandler | None = None
         self.bound: Callable[[], list[str]] = lambda: list(settings.endpoints)
         self._rates = Rates()
         self._stream_rates = Rates(history=1)
@@ -405,20 +409,37 @@ class Statistics:
                     "addresses": len(peer.addresses),
                 }
             )
+        refused: dict[str, int] = {}
+        if zyre is not None:
+            node = zyre.node.counters
+            refused = {
+                "not_listed": node.not_listed,
+                "no_key": node.no_key,
+                "key_mismatches": node.key_mismatches,
+                "keys_dropped": node.keys_dropped,
+            }
         return {
             "enabled": True,
             "running": True,
             "name": pack.name,
             "broker_id": pack.broker_id,
             "endpoint": zyre.endpoint if zyre is not None else None,
+            "curve": zyre is not None and zyre.curve is not None,
             "members": members,
             "counters": dataclasses.asdict(pack.counters),
+            # CURVE: the nodes turned away, by reason (docs/security.md).
+            "refused": refused,
         }
 
     def pair_status(self) -> dict[str, Any]:
         if self.pair is None:
             return {"enabled": False}
-        return {"enabled": True, **dataclasses.asdict(self.pair.status())}
+        return {
+            "enabled": True,
+            **dataclasses.asdict(self.pair.status()),
+            # Its link's security and counters, strangers refused included.
+            "link": dataclasses.asdict(self.pair.link.status()),
+        }
 
     def bridges_status(self) -> dict[str, Any]:
         if self.bridges is None:

@@ -8,8 +8,10 @@ no socket), and L{BeaconService} is the thin socket glue (a UDP socket made
 here, so that it can share the port and broadcast, then adopted by the
 reactor). L{resolve_interface} finds an interface's addresses.
 
-CURVE beacons (RFC 43) are heard but not followed: a node without the
-peer's key cannot talk to its inbox (they are counted in C{curve}).
+A CURVE node (RFC 43) sends the 54-byte beacon that carries its public
+key; heard beacons go to the node with the key they carry (in Z85), or
+none, and the node decides: a CURVE node follows only listed keys, an
+open node only beacons without a key (L{malamute_pack.pack.node}).
 
 Tests: ``tests/test_pack_beacon.py`` (the listener, and the socket between
 two network namespaces).
@@ -28,6 +30,7 @@ from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.internet.protocol import DatagramProtocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from zmq.utils import z85
 
 from malamute_pack.protocol.zre import Beacon, MalformedBeacon, decode_beacon, encode_beacon
 
@@ -71,22 +74,27 @@ class BeaconCounters:
 
     sent: int = 0
     send_errors: int = 0
-    heard: int = 0  # other nodes' beacons, followed
+    heard: int = 0  # other nodes' beacons, handed to the node
     own: int = 0  # our own, echoed by the broadcast
     malformed: int = 0  # datagrams that were not beacons
-    curve: int = 0  # CURVE beacons, not followed
+    curve: int = 0  # of those heard, CURVE beacons (with a public key)
+
+
+# A node's uuid, its inbox endpoint and its CURVE public key (Z85), if any.
+Discovered = Callable[[bytes, str, bytes | None], None]
 
 
 class BeaconListener:
     """
-    Turns beacons into C{discovered(uuid, "tcp://SOURCE:PORT")} and, for
-    port 0, C{departed(uuid)}; ignores our own and counts the rest.
+    Turns beacons into C{discovered(uuid, "tcp://SOURCE:PORT", key)} (the
+    key in Z85, or None) and, for port 0, C{departed(uuid)}; ignores our
+    own and counts the rest.
     """
 
     def __init__(
         self,
         uuid: bytes,
-        discovered: Callable[[bytes, str], None],
+        discovered: Discovered,
         departed: Callable[[bytes], None],
     ) -> None:
         self.uuid = uuid
@@ -104,14 +112,15 @@ class BeaconListener:
         if beacon.uuid == self.uuid:
             self.counters.own += 1
             return
+        key = None
         if beacon.public_key is not None:
             self.counters.curve += 1
-            return
+            key = z85.encode(beacon.public_key)
         self.counters.heard += 1
         if beacon.port == 0:
             self._departed(beacon.uuid)
         else:
-            self._discovered(beacon.uuid, f"tcp://{host}:{beacon.port}")
+            self._discovered(beacon.uuid, f"tcp://{host}:{beacon.port}", key)
 
 
 class BeaconService(DatagramProtocol):
@@ -126,13 +135,14 @@ class BeaconService(DatagramProtocol):
         reactor: Any,
         uuid: bytes,
         inbox_port: int,
-        discovered: Callable[[bytes, str], None],
+        discovered: Discovered,
         departed: Callable[[bytes], None],
         broadcast: str,
         port: int = BEACON_PORT,
         interval: float = BEACON_INTERVAL,
         bind_address: str = "",
         clock: IReactorTime | None = None,
+        public_key: bytes | None = None,
     ) -> None:
         """
         @param reactor: an C{IReactorSocket} (the socket is adopted).
@@ -140,11 +150,13 @@ class BeaconService(DatagramProtocol):
         @param broadcast: the broadcast address beacons are sent to.
         @param port: the UDP port beacons are sent to and heard on.
         @param bind_address: where to listen (all addresses by default).
+        @param public_key: our CURVE public key (Z85): our beacons carry it.
         """
         self._reactor = reactor
         self.listener = BeaconListener(uuid, discovered, departed)
-        self._beacon = encode_beacon(Beacon(uuid, inbox_port))
-        self._farewell = encode_beacon(Beacon(uuid, 0))
+        raw = None if public_key is None else z85.decode(public_key)
+        self._beacon = encode_beacon(Beacon(uuid, inbox_port, raw))
+        self._farewell = encode_beacon(Beacon(uuid, 0, raw))
         self._target = (broadcast, port)
         self._bind = (bind_address, port)
         self.interval = interval

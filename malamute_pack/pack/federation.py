@@ -9,6 +9,13 @@ Only peers that join the ZRE group named after the pack and speak our
 inter-broker protocol version federate. Forwarding is one hop over a full
 mesh: a record a peer forwarded here is delivered here only, never sent on.
 
+In a CURVE pack whose clients authenticate, the brokers also tell each
+other who owns which address (OWNER: each claim made here, and all of them
+at a resynchronisation) and keep the claim that prevails, so an address
+belongs to its owner on every broker of the pack. Only listed brokers are
+believed: an open pack tells and believes no claims (any process could
+join it and claim every address).
+
 Socket-free: the node's whisper is a function it is given.
 
 Tests: ``tests/test_pack_federation.py``.
@@ -23,6 +30,7 @@ from typing import Protocol
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from malamute_pack.broker.access import Claim, Owners
 from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.letters import Kind
 from malamute_pack.broker.log_limit import LogLimit
@@ -60,6 +68,8 @@ class PackCounters:
     joined: int = 0
     left: int = 0
     overflowed: int = 0
+    owners_learned: int = 0  # OWNER claims that changed who owns an address here
+    owners_ignored: int = 0  # OWNER claims not believed (an open pack) or not kept
 
 
 class Pack:
@@ -79,8 +89,12 @@ class Pack:
         whisper: WhisperTo,
         marks: Marks,
         outbox_limit: int = 16 * 1024 * 1024,
+        owners: Owners | None = None,
     ) -> None:
         """
+        @param owners: the owners of addresses, told to and learned from
+            the peers (a CURVE pack whose clients authenticate); None: no
+            claim is told or believed.
         @param name: the pack's name (the ZRE group its brokers join).
         @param broker_id: this broker's stable id (its ZRE uuid in hex).
         @param marks: the highest origin sequence number taken per (stream,
@@ -95,6 +109,7 @@ class Pack:
         self._whisper = whisper
         self._marks = marks
         self._outbox_limit = outbox_limit
+        self._owners = owners
         self.peers: dict[bytes, PeerBroker] = {}
         # Per origin, the letters its broker handed over lately (L{Relays}).
         self._relays: dict[str, Relays] = {}
@@ -103,6 +118,8 @@ class Pack:
 
     def start(self) -> None:
         self._broker.interests.listener = self
+        if self._owners is not None:
+            self._owners.listeners.append(self._claimed)
         self._remember_relayed()
 
     def _remember_relayed(self) -> None:
@@ -127,6 +144,8 @@ class Pack:
 
     def stop(self) -> None:
         self._broker.interests.listener = None
+        if self._owners is not None and self._claimed in self._owners.listeners:
+            self._owners.listeners.remove(self._claimed)
         for uuid in list(self.peers):
             self._remove(uuid)
 
@@ -176,6 +195,8 @@ class Pack:
             return
         if isinstance(message, packlink.Sync):
             member.reset()
+        elif isinstance(message, packlink.Owner):
+            self._learn(member, message)
         else:
             member.receive(message)
 
@@ -231,6 +252,9 @@ class Pack:
             send(packlink.encode(packlink.Address(address, 1)))
         for service, pattern, workers in interests.offers():
             send(packlink.encode(packlink.Offer(service, pattern, workers)))
+        if self._owners is not None:
+            for address, claim in self._owners.claims():
+                send(packlink.encode(_owner(address, claim)))
 
     def _interest(self, member: PeerBroker, stream: str, pattern: str) -> packlink.Interest:
         """
@@ -242,6 +266,30 @@ class Pack:
         if mark is None:
             return packlink.Interest(stream, pattern)
         return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
+
+    # Owners of addresses
+
+    def _claimed(self, address: str, claim: Claim) -> None:
+        """A client here claimed C{address}: every peer hears it."""
+        self._broadcast(_owner(address, claim))
+
+    def _learn(self, member: PeerBroker, message: packlink.Owner) -> None:
+        owners = self._owners
+        if owners is None:
+            self.counters.owners_ignored += 1
+            return
+        claim = Claim(message.user, message.claimed / 1_000_000)
+        if not message.address or not message.user:
+            self.counters.owners_ignored += 1
+        elif owners.learn(message.address, claim):
+            self.counters.owners_learned += 1
+            self._log_limit.info(
+                "owner",
+                "pack: {peer} says user {user!r} owns {address!r}",
+                peer=member.name,
+                user=message.user,
+                address=message.address,
+            )
 
     def _broadcast(self, message: packlink.LinkMessage) -> None:
         if not self.peers:
@@ -287,3 +335,7 @@ class Pack:
 
     def offers_changed(self, service: str, pattern: str, workers: int) -> None:
         self._broadcast(packlink.Offer(service, pattern, workers))
+
+
+def _owner(address: str, claim: Claim) -> packlink.Owner:
+    return packlink.Owner(address, claim.user, round(claim.claimed * 1_000_000))

@@ -26,11 +26,18 @@ A send that fails (a peer's queue full) is healed by that rule: a client
 the server cannot reach is forgotten and resynchronised at its next PING;
 a remote we could not reach gets HELLO and all tuples at the next tick.
 
+With CURVE (a CURVE pack, as zyre's C{zyre_gossip_connect_curve}), the
+server is a CURVE server whose ZAP domain admits only the listed keys, and
+what a client whose key is no longer listed (a reload) sends is dropped;
+each remote is given as C{ENDPOINT|PUBLIC_KEY} (the server's key, Z85)
+and reached as a CURVE client with this node's key pair.
+
 Tests: ``tests/test_pack_gossip.py``.
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -52,6 +59,8 @@ from malamute_pack.protocol.zgossip import (
     decode,
     encode,
 )
+from malamute_pack.transport.curve import LinkCurve
+from malamute_pack.transport.zap import PACK_DOMAIN
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
 _log = Logger()
@@ -424,17 +433,25 @@ class Gossip:
         client_timeout: float = 30.0,
         clock: IReactorTime | None = None,
         table: GossipTable | None = None,
+        curve: LinkCurve | None = None,
+        zap_domain: bytes = PACK_DOMAIN,
     ) -> None:
         """
         @param on_tuple: called with each new or changed tuple that came
             from the network (not with this node's own L{publish}).
         @param clock: time and timers; the reactor by default.
         @param table: bounds other than the default L{GossipTable}'s.
+        @param curve: this node's key pair and the keys its server admits
+            (through ZAP, on C{zap_domain}); the remotes are then
+            C{ENDPOINT|PUBLIC_KEY}.
         """
         self._reactor = reactor
         self._context = context
         self._bind = list(bind)
         self._connect = list(connect)
+        self._curve = curve
+        self._zap_domain = zap_domain
+        self.strangers = 0  # messages dropped from a client whose key is no longer listed
         self.ping_interval = ping_interval
         self.client_timeout = client_timeout
         self._clock: IReactorTime = reactor if clock is None else clock  # type: ignore[assignment]
@@ -493,6 +510,13 @@ class Gossip:
         raw = self._socket(zmq.ROUTER)
         # A send to a client gone or not draining fails at once, so it is forgotten.
         raw.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        curve = self._curve
+        if curve is not None:
+            raw.setsockopt(zmq.CURVE_SERVER, 1)
+            raw.setsockopt(zmq.CURVE_SECRETKEY, curve.keys.secret)
+            raw.setsockopt(zmq.ZAP_DOMAIN, self._zap_domain)
+            # Without a ZAP handler, refuse everyone rather than admit anyone.
+            raw.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         try:
             for endpoint in self._bind:
                 raw.bind(endpoint)
@@ -500,21 +524,40 @@ class Gossip:
         except zmq.ZMQError:
             raw.close(linger=0)
             raise
-        self._server = ZmqSocket(self._reactor, raw, self._from_clients)
+        self._server = ZmqSocket(
+            self._reactor, raw, self._from_clients, identified=curve is not None
+        )
         self._server.startReading()
         # Forgotten between client_timeout and 1.25 times it.
         self._expirer.start(self.client_timeout / 4, now=False)
 
     def connect(self, endpoint: str) -> None:
-        """Become a client of the server at C{endpoint} (also after L{start})."""
+        """
+        Become a client of the server at C{endpoint} (also after L{start});
+        C{ENDPOINT|PUBLIC_KEY} with CURVE.
+
+        @raise ValueError: a server without its key with CURVE, or with one
+            without CURVE, or a key that is not one.
+        """
         if endpoint in self._remotes:
             raise ValueError(f"already a client of {endpoint}")
+        address, _, key = endpoint.partition("|")
+        if (self._curve is None) != (not key):
+            raise ValueError(
+                f"gossip server {endpoint!r}: ENDPOINT|PUBLIC_KEY with CURVE, ENDPOINT without"
+            )
         raw = self._socket(zmq.DEALER)
         try:
-            raw.connect(endpoint)
-        except zmq.ZMQError:
+            if self._curve is not None:
+                raw.setsockopt(zmq.CURVE_SERVERKEY, key.encode("ascii"))
+                raw.setsockopt(zmq.CURVE_PUBLICKEY, self._curve.keys.public)
+                raw.setsockopt(zmq.CURVE_SECRETKEY, self._curve.keys.secret)
+            raw.connect(address)
+        except (zmq.ZMQError, UnicodeError) as e:
             raw.close(linger=0)
-            raise
+            if isinstance(e, zmq.ZMQError) and e.errno != errno.EINVAL:
+                raise
+            raise ValueError(f"gossip server {endpoint!r}: {e}") from e
         sock = ZmqSocket(self._reactor, raw, lambda batch: self._from_remote(endpoint, batch))
         self._remotes[endpoint] = sock
         sock.startReading()
@@ -551,7 +594,14 @@ class Gossip:
 
     def _from_clients(self, batch: Batch) -> None:
         receive = self.core.from_client
+        curve = self._curve
         for frames in batch:
+            if curve is not None:
+                # The key ZAP admitted this client's connection with.
+                key, frames = frames[0], frames[1:]
+                if not curve.allowed.admits(key):
+                    self.strangers += 1
+                    continue
             try:
                 receive(frames)
             except Exception:

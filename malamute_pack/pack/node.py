@@ -30,6 +30,20 @@ link refuses (its queue is full) consumes no sequence number and leaves the
 peer alone, so the caller can try again later. A HELLO, JOIN, LEAVE, PING
 or PING_OK that cannot be sent drops the peer, as zyre does.
 
+With CURVE (RFC 43, as zyre with C{zyre_set_zcert}: a node given its
+public key and L{PeerKeys}), a node is a peer only if its public key is
+listed: it is linked to only when a beacon or gossip names a listed key
+(the link is CURVE with that key as the server's), its HELLO must carry
+C{X-PUBLICKEY} and arrive on a connection authenticated as that key, and
+every later message must come from that key (the inbox reads each
+message's key, which ZAP set: L{receive}'s C{key}). A node that names no
+key, or another, is never linked to nor heard; it is counted and reported
+(L{Stranger}). A key no longer listed (L{drop_keys}) loses its peer at
+once. Beacons are not authenticated, so a CURVE node lets them find new
+nodes only: a peer that entered is moved (another endpoint, another key)
+or dropped (a port-0 beacon) only by its own link (a new HELLO, GOODBYE)
+or by its silence.
+
 Tests: ``tests/test_pack_node.py``.
 """
 
@@ -62,9 +76,24 @@ class Link(Protocol):
         """Disconnect; nothing more is sent."""
 
 
-# An endpoint to a new link to it, whose DEALER has the routing id
-# 0x01 + our uuid. May raise ValueError for an endpoint it cannot connect to.
-Connect = Callable[[str], Link]
+# An endpoint and the server's CURVE public key (Z85; None without CURVE)
+# to a new link to it, whose DEALER has the routing id 0x01 + our uuid.
+# May raise ValueError for an endpoint it cannot connect to.
+Connect = Callable[[str, bytes | None], Link]
+
+# The header in which a CURVE node's HELLO carries its public key (Z85), as zyre.
+PUBLIC_KEY_HEADER = "X-PUBLICKEY"
+
+
+class PeerKeys(Protocol):
+    """Which public keys (Z85) may be peers of a CURVE node."""
+
+    def admits(self, key: bytes) -> bool:
+        """Whether C{key} is listed."""
+
+
+# Told of a node that is not let in: why, its uuid, where, and its key (if any).
+Stranger = Callable[[str, bytes, str, bytes | None], None]
 
 
 class NodeEvents(Protocol):
@@ -111,6 +140,10 @@ class NodeCounters:
     links_lost: int = 0  # peers dropped because a HELLO/JOIN/LEAVE/PING could not go
     bad_endpoints: int = 0  # endpoints the connect function refused
     restarts: int = 0  # peers seen again with a new HELLO or at a new endpoint
+    not_listed: int = 0  # CURVE: nodes discovered or heard with a key not listed
+    no_key: int = 0  # CURVE: nodes discovered, or HELLOs, with no key (open nodes)
+    key_mismatches: int = 0  # CURVE: a HELLO or message from another key than the peer's
+    keys_dropped: int = 0  # CURVE: peers dropped when their key was no longer listed
 
 
 class ZrePeer:
@@ -123,6 +156,7 @@ class ZrePeer:
     @ivar headers: the headers from its HELLO.
     @ivar groups: the groups it is in.
     @ivar ready: whether it has said HELLO (it is in L{ZreNode.peers}).
+    @ivar key: its CURVE public key (Z85), or None without CURVE.
     """
 
     __slots__ = (
@@ -131,6 +165,7 @@ class ZrePeer:
         "evasive",
         "groups",
         "headers",
+        "key",
         "last_heard",
         "link",
         "name",
@@ -141,8 +176,11 @@ class ZrePeer:
         "want_sequence",
     )
 
-    def __init__(self, uuid: bytes, endpoint: str, link: Link, now: float) -> None:
+    def __init__(
+        self, uuid: bytes, endpoint: str, link: Link, now: float, key: bytes | None = None
+    ) -> None:
         self.uuid = uuid
+        self.key = key
         self.endpoint = endpoint
         # Every endpoint it is known by (beacon source, HELLO): another is a restart.
         self.endpoints = {endpoint}
@@ -193,11 +231,19 @@ class ZreNode:
         evasive: float = 5.0,
         expired: float = 30.0,
         reap_interval: float = REAP_INTERVAL,
+        public_key: bytes | None = None,
+        peer_keys: PeerKeys | None = None,
+        stranger: Stranger | None = None,
     ) -> None:
         """
+        @param public_key: our CURVE public key (Z85): a CURVE node, whose
+            peers must be listed in C{peer_keys} (both or neither).
+        @param stranger: told of each node not let in (for the log).
         @raise ValueError: a uuid not of 16 bytes, or a name, endpoint or
             header that does not fit in a HELLO.
         """
+        if (public_key is None) != (peer_keys is None):
+            raise ValueError("a CURVE node needs both its public key and the peers' keys")
         if len(uuid) != UUID_SIZE:
             raise ValueError(f"a uuid is 16 bytes, not {len(uuid)}")
         self._clock = clock
@@ -205,6 +251,11 @@ class ZreNode:
         self.name = name
         self.endpoint = endpoint
         self.headers = dict(headers)
+        self.public_key = public_key
+        self._peer_keys = peer_keys
+        self._stranger = stranger
+        if public_key is not None:
+            self.headers[PUBLIC_KEY_HEADER] = public_key.decode("ascii")
         self._connect_link = connect
         self._events = events
         self.evasive = evasive
@@ -224,6 +275,41 @@ class ZreNode:
     def running(self) -> bool:
         """Whether the node is started (and not stopped)."""
         return self._running
+
+    @property
+    def curve(self) -> bool:
+        """Whether this is a CURVE node (its peers' keys are listed)."""
+        return self._peer_keys is not None
+
+    def _refuse(self, why: str, uuid: bytes, endpoint: str, key: bytes | None) -> None:
+        if why == "no key":
+            self.counters.no_key += 1
+        elif why == "not listed":
+            self.counters.not_listed += 1
+        else:
+            self.counters.key_mismatches += 1
+        if self._stranger is not None:
+            self._stranger(why, uuid, endpoint, key)
+
+    def _admits(self, uuid: bytes, endpoint: str, key: bytes | None) -> bool:
+        """Whether a node with C{key} may be a peer (always, without CURVE)."""
+        keys = self._peer_keys
+        if keys is None:
+            return True
+        if key is None:
+            self._refuse("no key", uuid, endpoint, key)
+            return False
+        if not keys.admits(key):
+            self._refuse("not listed", uuid, endpoint, key)
+            return False
+        return True
+
+    def drop_keys(self, keys: set[bytes]) -> None:
+        """C{keys} are no longer listed: their peers are dropped at once."""
+        for peer in self._all_peers():
+            if peer.key is not None and peer.key in keys:
+                self.counters.keys_dropped += 1
+                self._drop(peer)
 
     def _all_peers(self) -> Iterator[ZrePeer]:
         """Every peer with a link (entered or not), in a list safe to mutate under."""
@@ -368,14 +454,14 @@ class ZreNode:
 
     # Peers coming and going
 
-    def _connect(self, uuid: bytes, endpoint: str) -> ZrePeer | None:
-        """Link to a new peer and say HELLO; None if that failed."""
+    def _connect(self, uuid: bytes, endpoint: str, key: bytes | None) -> ZrePeer | None:
+        """Link to a new peer (its CURVE key: C{key}) and say HELLO; None if that failed."""
         try:
-            link = self._connect_link(endpoint)
+            link = self._connect_link(endpoint, key if self.curve else None)
         except ValueError:
             self.counters.bad_endpoints += 1
             return None
-        peer = ZrePeer(uuid, endpoint, link, self._clock.seconds())
+        peer = ZrePeer(uuid, endpoint, link, self._clock.seconds(), key if self.curve else None)
         self._pending[uuid] = peer
         if not self._control(peer, self._hello()):
             return None
@@ -394,38 +480,67 @@ class ZreNode:
             peer.ready = False
             self._events.peer_exited(peer)
 
-    def _purge_endpoint(self, uuid: bytes, endpoint: str) -> None:
-        """Another uuid at C{endpoint}: the node there restarted with a new uuid."""
+    def _purge_endpoint(
+        self, uuid: bytes, endpoint: str, key: bytes | None = None, proved: bool = False
+    ) -> None:
+        """
+        Another uuid at C{endpoint}: the node there restarted with a new
+        uuid. A CURVE peer that has entered goes only when its own key says
+        so (C{proved}: a HELLO on a connection authenticated as C{key}), not
+        on a beacon's word, nor on another listed key's.
+        """
         for other in self._all_peers():
             if other.uuid != uuid and endpoint in other.endpoints:
+                if self.curve and other.ready and not (proved and other.key == key):
+                    continue
                 self.counters.restarts += 1
                 self._drop(other)
 
-    def discovered(self, uuid: bytes, endpoint: str) -> None:
+    def discovered(self, uuid: bytes, endpoint: str, key: bytes | None = None) -> None:
         """
-        A beacon or gossip says node C{uuid} has its inbox at C{endpoint}:
-        link to it and say HELLO if it is new (never to ourselves). A peer
-        known at other endpoints restarted: it is dropped and linked to again.
-        A known peer is refreshed, as a beacon does in zyre.
+        A beacon or gossip says node C{uuid} has its inbox at C{endpoint}
+        (with the CURVE public key C{key}, Z85): link to it and say HELLO if
+        it is new (never to ourselves). A peer known at other endpoints, or
+        with another key, restarted: it is dropped and linked to again. A
+        known peer is refreshed, as a beacon does in zyre. A CURVE node
+        links only to listed keys; a node without CURVE ignores a node with
+        a key (it could not talk to it).
         """
         if not self._running or uuid == self.uuid or endpoint == self.endpoint:
             return
         if len(uuid) != UUID_SIZE:
             self.counters.unknown_identity += 1
             return
+        if not self.curve:
+            if key is not None:
+                return
+        elif not self._admits(uuid, endpoint, key):
+            return
         peer = self._known(uuid)
         if peer is not None:
-            if endpoint in peer.endpoints:
+            if endpoint in peer.endpoints and peer.key == key:
                 peer.last_heard = self._clock.seconds()
+                return
+            if self.curve and peer.ready:
+                # Anyone can send a beacon: a CURVE peer is moved only by
+                # what its authenticated link says (a new HELLO).
                 return
             self.counters.restarts += 1
             self._drop(peer)
+        if self.curve and any(
+            other.uuid != uuid and endpoint in other.endpoints for other in self.peers.values()
+        ):
+            return  # likewise: a beacon cannot push a CURVE peer out
         self._purge_endpoint(uuid, endpoint)
-        self._connect(uuid, endpoint)
+        self._connect(uuid, endpoint, key)
 
     def departed(self, uuid: bytes) -> None:
-        """A port-0 beacon: node C{uuid} is leaving."""
-        if not self._running:
+        """
+        A port-0 beacon: node C{uuid} is leaving. A CURVE node ignores it:
+        anyone can send one, and a CURVE peer says GOODBYE on its link or
+        falls silent.
+        """
+        if not self._running or self.curve:
             return
         peer = self._known(uuid)
         if peer is not None:
@@ -433,10 +548,12 @@ class ZreNode:
 
     # Receiving
 
-    def receive(self, identity: bytes, frames: list[bytes]) -> None:
+    def receive(self, identity: bytes, frames: list[bytes], key: bytes | None = None) -> None:
         """
         One message from our inbox: C{identity} is the routing id the
-        ROUTER gave it. Bad input is dropped and counted, never raised.
+        ROUTER gave it, C{key} the CURVE public key (Z85) its connection
+        authenticated with (a CURVE node's inbox reads it from ZAP's user
+        id). Bad input is dropped and counted, never raised.
         """
         if not self._running:
             return
@@ -452,12 +569,17 @@ class ZreNode:
         if uuid == self.uuid:
             self.counters.unknown_identity += 1
             return
+        if self.curve and not self._admits(uuid, "", key):
+            return  # a key no longer listed, whose connection predates the reload
         if isinstance(message, zre.Hello):
-            self._on_hello(uuid, message)
+            self._on_hello(uuid, message, key)
             return
         peer = self.peers.get(uuid)
         if peer is None:
             self.counters.not_ready += 1
+            return
+        if peer.key != key:
+            self._refuse("another key", uuid, peer.endpoint, key)
             return
         if not self._in_sequence(peer, message.sequence):
             return
@@ -487,7 +609,21 @@ class ZreNode:
         peer.want_sequence = sequence
         return True
 
-    def _on_hello(self, uuid: bytes, hello: zre.Hello) -> None:
+    def _on_hello(self, uuid: bytes, hello: zre.Hello, key: bytes | None) -> None:
+        if self.curve:
+            # The key the HELLO names must be the one its connection proved.
+            named = dict(hello.headers).get(PUBLIC_KEY_HEADER)
+            if named is None:
+                self._refuse("no key", uuid, hello.endpoint, key)
+                return
+            if named.encode("ascii", "replace") != key:
+                self._refuse("another key", uuid, hello.endpoint, key)
+                return
+            known = self._known(uuid)
+            if known is not None and known.key != key:
+                # Proved by its connection, listed: the node's key is new.
+                self.counters.restarts += 1
+                self._drop(known)
         if hello.sequence != 1:
             self.counters.sequence_gaps += 1
             known = self._known(uuid)
@@ -504,8 +640,8 @@ class ZreNode:
             if hello.endpoint == self.endpoint:
                 self.counters.unknown_identity += 1  # would link us to ourselves
                 return
-            self._purge_endpoint(uuid, hello.endpoint)
-            peer = self._connect(uuid, hello.endpoint)
+            self._purge_endpoint(uuid, hello.endpoint, key, proved=True)
+            peer = self._connect(uuid, hello.endpoint, key)
             if peer is None:
                 return
         del self._pending[uuid]

@@ -12,6 +12,14 @@ and endpoint, C{ERROR} for a command it could not do. Commands, one a line:
 C{shout GROUP TEXT}, C{whisper PEER TEXT} (a peer's name or uuid in hex),
 C{join GROUP}, C{leave GROUP}, C{peers}, C{quit}. End of input also quits.
 
+With C{--curve-secret FILE} (its secret certificate) and C{--curve-peers
+DIR} (the public certificates of the nodes it admits), the probe is a CURVE
+node, as a CURVE pack's brokers and zyre with C{zyre_set_zcert}; its
+gossip servers are then C{ENDPOINT|PUBLIC_KEY}, and a node it does not let
+in (a key not listed, no key, another key than its connection's) is a
+C{REFUSED} event (with C{why}, C{uuid}, C{endpoint} and C{key}), once a
+minute at most per node.
+
 Tests: ``tests/test_pack_zyre.py`` (events and commands),
 ``tests/test_pack_interop.py`` (against pyre, in namespaces).
 """
@@ -22,18 +30,26 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import zmq
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import connectionDone
 from twisted.protocols.basic import LineReceiver
 from twisted.python.failure import Failure
 
+from malamute_pack.broker.log_limit import OncePer
 from malamute_pack.pack.beacon import BEACON_INTERVAL, BEACON_PORT
 from malamute_pack.pack.node import ZrePeer
 from malamute_pack.pack.zyre import Zyre
+from malamute_pack.transport.curve import KeyPair, LinkCurve, load_client_keys
+from malamute_pack.transport.zap import PACK_DOMAIN, KeyAllowList, ZapHandler
 
 Emit = Callable[[dict[str, Any]], None]
+
+# Seconds before the same refused node is reported again.
+REFUSED_INTERVAL = 60.0
 
 
 def _text(content: Sequence[bytes]) -> list[str]:
@@ -69,6 +85,25 @@ class ProbeEvents:
 
     def peer_evasive(self, peer: ZrePeer) -> None:
         self._peer("EVASIVE", peer)
+
+
+class ProbeRefusals:
+    """
+    A L{malamute_pack.pack.node.Stranger} that emits a C{REFUSED} event per
+    node a CURVE probe does not let in, at most once per
+    L{REFUSED_INTERVAL} for each (reason, key or endpoint).
+    """
+
+    def __init__(self, emit: Emit, clock: IReactorTime) -> None:
+        self._emit = emit
+        self._once = OncePer(clock, REFUSED_INTERVAL)
+
+    def __call__(self, why: str, uuid: bytes, endpoint: str, key: bytes | None) -> None:
+        if self._once.due((why, key or endpoint)):
+            self._emit(
+                {"event": "REFUSED", "why": why, "uuid": uuid.hex(), "endpoint": endpoint,
+                 "key": None if key is None else key.decode("ascii", "replace")}
+            )  # fmt: skip
 
 
 class ProbeCommands:
@@ -158,7 +193,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--gossip-connect", action="append", default=[], metavar="EP")
     parser.add_argument("--gossip-bind", action="append", default=[], metavar="EP")
+    parser.add_argument("--curve-secret", metavar="FILE", help="our secret certificate: CURVE")
+    parser.add_argument("--curve-peers", metavar="DIR", help="the peers' public certificates")
     options = parser.parse_args(argv)
+    if (options.curve_secret is None) != (options.curve_peers is None):
+        parser.error("CURVE needs both --curve-secret and --curve-peers")
     if options.beacon is None and options.endpoint is None:
         parser.error("give --beacon IFACE, or --endpoint with gossip")
     if any("=" not in header for header in options.header):
@@ -172,6 +211,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     options = parse(sys.argv[1:] if argv is None else argv)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    curve: LinkCurve | None = None
+    if options.curve_secret is not None:
+        allowed = KeyAllowList(
+            "zyre peer", load_client_keys(Path(options.curve_peers)), options.curve_peers
+        )
+        curve = LinkCurve(KeyPair.load(Path(options.curve_secret)), allowed)
+        zap = ZapHandler(reactor, context, {})
+        zap.serve(PACK_DOMAIN, allowed)
+        zap.startService()
 
     def quit() -> None:
         if reactor.running:
@@ -179,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     commands: list[ProbeCommands] = []
     stdio = StdioProbe(lambda line: commands[0].run(line), quit)
+
     zyre = Zyre(
         reactor,
         context,
@@ -192,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         beacon_interval=options.interval,
         gossip_bind=options.gossip_bind,
         gossip_connect=options.gossip_connect,
+        curve=curve,
+        stranger=ProbeRefusals(stdio.emit, reactor),
     )
     commands.append(ProbeCommands(zyre, stdio.emit, quit))
     StandardIO(stdio)  # type: ignore[no-untyped-call]

@@ -8,6 +8,11 @@ Started after the broker and its journal (the highest origin sequence
 numbers already taken are read from the journal first), stopped before
 them: the node says GOODBYE, and the peers' connections in the model end.
 
+A CURVE pack (C{--pack-keys}) admits only the listed brokers' keys; the
+brokers it turns away are counted and logged, each at most once per
+L{STRANGER_LOG_INTERVAL} (with its key and address: never a secret). An
+open pack says so in the start-up log.
+
 Tests: ``tests/test_pack_service.py``.
 """
 
@@ -19,16 +24,51 @@ from typing import Any
 
 import zmq
 from twisted.application.service import Service
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
+from malamute_pack.broker.log_limit import OncePer
 from malamute_pack.datadir import pack_identity
 from malamute_pack.journal import Journal
 from malamute_pack.pack.federation import HEADER_PACK, HEADER_PROTOCOL, PROTOCOL, Pack
 from malamute_pack.pack.zyre import MAX_FRAME_BYTES, Zyre
 from malamute_pack.settings import PackSettings
+from malamute_pack.transport.curve import LinkCurve
 
 _log = Logger()
+
+# Seconds before the same stranger (by key, or by address without one) is logged again.
+STRANGER_LOG_INTERVAL = 600.0
+
+
+class StrangerLog:
+    """
+    Logs the brokers a CURVE pack turns away, each at most once per
+    C{interval}: a stranger's beacon comes every second, and its key and
+    address are what the operator needs to see once. (The node counts
+    every refusal, by reason.)
+    """
+
+    def __init__(self, clock: IReactorTime, interval: float = STRANGER_LOG_INTERVAL) -> None:
+        self._once = OncePer(clock, interval)
+
+    def __call__(self, why: str, uuid: bytes, endpoint: str, key: bytes | None) -> None:
+        who = key.decode("ascii", "replace") if key is not None else endpoint or uuid.hex()
+        if not self._once.due((why, who)):
+            return
+        text = {
+            "not listed": "a broker whose key is not in --pack-keys",
+            "no key": "a broker without CURVE (an open pack's, or an old version)",
+            "another key": "a message or HELLO under another key than its connection's",
+        }.get(why, why)
+        _log.warn(
+            "pack: refused {text}: key {key} uuid {uuid} at {endpoint}",
+            text=text,
+            key=key.decode("ascii", "replace") if key is not None else "(none)",
+            uuid=uuid.hex(),
+            endpoint=endpoint or "(unknown)",
+        )
 
 
 class PackService(Service):
@@ -47,7 +87,12 @@ class PackService(Service):
         journal: Journal | None,
         settings: PackSettings,
         data_dir: Path,
+        curve: LinkCurve | None = None,
     ) -> None:
+        """
+        @param curve: this broker's key pair in the pack and the keys of the
+            brokers it admits (a ZAP handler serves them); None: an open pack.
+        """
         assert settings.name is not None
         self._reactor = reactor
         self._context = context
@@ -55,9 +100,11 @@ class PackService(Service):
         self._journal = journal
         self._settings = settings
         self._data_dir = data_dir
+        self._curve = curve
         self.pack: Pack | None = None
         self.zyre: Zyre | None = None
         self._paused = False
+        self.strangers = StrangerLog(reactor)
 
     def startService(self) -> None:
         settings = self._settings
@@ -65,7 +112,18 @@ class PackService(Service):
         identity = pack_identity(self._data_dir)
         marks = self._journal.origin_marks() if self._journal is not None else {}
         broker_id = identity.hex().upper()
-        pack = Pack(self._broker, self._reactor, settings.name, broker_id, self._whisper, marks)
+        # Only listed brokers are believed about owners: a CURVE pack's.
+        access = self._broker.access
+        owners = access.owners if access is not None and self._curve is not None else None
+        pack = Pack(
+            self._broker,
+            self._reactor,
+            settings.name,
+            broker_id,
+            self._whisper,
+            marks,
+            owners=owners,
+        )
         zyre = Zyre(
             self._reactor,
             self._context,
@@ -84,6 +142,8 @@ class PackService(Service):
             expired=settings.expired_ms / 1000.0,
             # A forwarded message is as large as a client's may be, plus headers.
             max_frame_bytes=max(MAX_FRAME_BYTES, self._broker.limits.max_message_bytes + 65536),
+            curve=self._curve,
+            stranger=self.strangers,
         )
         self.pack, self.zyre = pack, zyre
         if self._paused:
@@ -98,6 +158,22 @@ class PackService(Service):
             id=broker_id,
             endpoint=zyre.endpoint,
         )
+        if self._curve is None:
+            _log.warn(
+                "pack {pack} is open: any broker that reaches this one on the network joins"
+                " it, and its traffic crosses the network in clear; give --pack-keys DIR for"
+                " a CURVE pack (docs/security.md)",
+                pack=settings.name,
+            )
+        else:
+            _log.info(
+                "pack {pack}: CURVE, public key {key}, admitting the {count} brokers' keys"
+                " of {listed}",
+                pack=settings.name,
+                key=self._curve.keys.public.decode("ascii"),
+                count=len(self._curve.allowed.keys),
+                listed=self._curve.allowed.listed_in,
+            )
 
     def _whisper(self, uuid: bytes, frames: Any) -> bool:
         zyre = self.zyre

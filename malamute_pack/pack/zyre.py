@@ -6,6 +6,14 @@ never blocking), and optionally UDP beacons on one interface and zgossip
 (publishing our uuid as 32 uppercase hex characters -> our inbox, and
 following every tuple learned). All through L{ZmqSocket}: no threads.
 
+With CURVE (a L{LinkCurve}: our key pair and the listed keys), as zyre
+with C{zyre_set_zcert}: the inbox is a CURVE server whose ZAP domain
+admits only the listed keys, and is read with each message's key; each
+peer's DEALER is a CURVE client with the peer's key as the server's; our
+beacons carry our public key (the 54-byte form); gossip is CURVE and we
+publish C{ENDPOINT|PUBLIC_KEY}; our HELLO carries C{X-PUBLICKEY}. Which
+nodes become peers is the node's decision (L{malamute_pack.pack.node}).
+
 Tests: ``tests/test_pack_zyre.py`` (two nodes on loopback),
 ``tests/test_pack_interop.py`` (against pyre, between namespaces).
 """
@@ -26,7 +34,9 @@ from twisted.logger import Logger
 
 from malamute_pack.pack.beacon import BEACON_INTERVAL, BEACON_PORT, BeaconService, resolve_interface
 from malamute_pack.pack.gossip import Gossip
-from malamute_pack.pack.node import IDENTITY_PREFIX, NodeEvents, ZreNode
+from malamute_pack.pack.node import IDENTITY_PREFIX, NodeEvents, Stranger, ZreNode
+from malamute_pack.transport.curve import LinkCurve
+from malamute_pack.transport.zap import PACK_DOMAIN
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
 _log = Logger()
@@ -90,6 +100,9 @@ class Zyre(Service):
         expired: float = 30.0,
         clock: IReactorTime | None = None,
         regossip_interval: float = REGOSSIP_INTERVAL,
+        curve: LinkCurve | None = None,
+        stranger: Stranger | None = None,
+        zap_domain: bytes = PACK_DOMAIN,
     ) -> None:
         """
         @param reactor: the reactor (C{IReactorFDSet}, C{IReactorSocket}).
@@ -109,6 +122,10 @@ class Zyre(Service):
         @param clock: the peers' timers; the reactor by default.
         @param regossip_interval: seconds between tries to link again to
             the nodes gossip knows of that are not peers now.
+        @param curve: our key pair and the keys of the nodes that may be
+            peers (a ZAP handler must serve C{zap_domain} with them).
+        @param stranger: told of each node not let in (see
+            L{malamute_pack.pack.node.Stranger}).
         @raise ValueError: neither an endpoint nor a beacon interface, or a
             uuid, name or header the node refuses.
         """
@@ -124,6 +141,8 @@ class Zyre(Service):
         self._gossip_connect = list(gossip_connect)
         self.sndhwm = sndhwm
         self.max_frame_bytes = max_frame_bytes
+        self.curve = curve
+        self._zap_domain = zap_domain
         uuid = uuid_module.uuid4().bytes if uuid is None else uuid
         self.node = ZreNode(
             reactor if clock is None else clock,
@@ -135,6 +154,9 @@ class Zyre(Service):
             headers,
             evasive,
             expired,
+            public_key=None if curve is None else curve.keys.public,
+            peer_keys=None if curve is None else curve.allowed,
+            stranger=stranger,
         )
         for group in groups:
             self.node.join(group)
@@ -171,6 +193,8 @@ class Zyre(Service):
         endpoint = self._bind_endpoint or f"tcp://{address}:*"
         self.node.endpoint = self._bind_inbox(endpoint, address)
         super().startService()
+        if self.curve is not None:
+            self.curve.allowed.listeners.append(self.node.drop_keys)
         self.node.start()
         try:
             if broadcast is not None:
@@ -187,12 +211,20 @@ class Zyre(Service):
             raw.setsockopt(zmq.ROUTER_HANDOVER, 1)
             raw.setsockopt(zmq.LINGER, 0)
             raw.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+            if self.curve is not None:
+                raw.setsockopt(zmq.CURVE_SERVER, 1)
+                raw.setsockopt(zmq.CURVE_SECRETKEY, self.curve.keys.secret)
+                raw.setsockopt(zmq.ZAP_DOMAIN, self._zap_domain)
+                # Without a ZAP handler, refuse everyone rather than admit anyone.
+                raw.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
             raw.bind(endpoint)
             bound = raw.getsockopt_string(zmq.LAST_ENDPOINT)
         except zmq.ZMQError as e:
             raw.close(linger=0)
             raise ValueError(f"cannot bind the Zyre inbox on {endpoint}: {e}") from e
-        self._inbox = ZmqSocket(self._reactor, raw, self._on_inbox)
+        self._inbox = ZmqSocket(
+            self._reactor, raw, self._on_inbox, identified=self.curve is not None
+        )
         self._inbox.startReading()
         if self._paused:
             self._inbox.pauseReading()
@@ -221,6 +253,7 @@ class Zyre(Service):
             broadcast,
             self._beacon_port,
             self._beacon_interval,
+            public_key=None if self.curve is None else self.curve.keys.public,
         )
         self.beacon.start()
 
@@ -233,13 +266,24 @@ class Zyre(Service):
             self._on_gossip_tuple,
             bind=self._gossip_bind,
             connect=self._gossip_connect,
+            curve=self.curve,
+            zap_domain=self._zap_domain,
         )
         self.gossip.start()
-        self.gossip.publish(gossip_key(self.node.uuid), self.node.endpoint)
+        self.gossip.publish(gossip_key(self.node.uuid), self.published_endpoint)
+
+    @property
+    def published_endpoint(self) -> str:
+        """What gossip says of our inbox: C{ENDPOINT}, or C{ENDPOINT|PUBLIC_KEY} with CURVE."""
+        if self.curve is None:
+            return self.node.endpoint
+        return f"{self.node.endpoint}|{self.curve.keys.public.decode('ascii')}"
 
     def stopService(self) -> None:
         """Say GOODBYE to every peer and a port-0 beacon, and close every socket."""
         super().stopService()
+        if self.curve is not None and self.node.drop_keys in self.curve.allowed.listeners:
+            self.curve.allowed.listeners.remove(self.node.drop_keys)
         self.node.stop()
         if self.beacon is not None:
             self.beacon.stop()
@@ -284,8 +328,11 @@ class Zyre(Service):
 
     # Sockets
 
-    def _connect(self, endpoint: str) -> ZmqLink:
-        """A DEALER to a peer's inbox; ValueError for an endpoint not tcp:// or refused."""
+    def _connect(self, endpoint: str, server_key: bytes | None) -> ZmqLink:
+        """
+        A DEALER to a peer's inbox (a CURVE client of C{server_key} with
+        CURVE); ValueError for an endpoint not tcp:// or refused.
+        """
         if not endpoint.startswith("tcp://"):
             # Never inproc:// or ipc://: a HELLO must not reach our own process's sockets.
             raise ValueError(f"not a tcp endpoint: {endpoint!r}")
@@ -295,6 +342,12 @@ class Zyre(Service):
             raw.setsockopt(zmq.LINGER, 0)
             raw.setsockopt(zmq.SNDTIMEO, 0)
             raw.setsockopt(zmq.SNDHWM, self.sndhwm)
+            if self.curve is not None:
+                if server_key is None:
+                    raise ValueError("a CURVE node links only to a node with a key")
+                raw.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+                raw.setsockopt(zmq.CURVE_PUBLICKEY, self.curve.keys.public)
+                raw.setsockopt(zmq.CURVE_SECRETKEY, self.curve.keys.secret)
             raw.connect(endpoint)
         except zmq.ZMQError as e:
             raw.close(linger=0)
@@ -305,9 +358,14 @@ class Zyre(Service):
 
     def _on_inbox(self, batch: Batch) -> None:
         receive = self.node.receive
+        curve = self.curve is not None
         for frames in batch:
             try:
-                receive(frames[0], frames[1:])
+                if curve:
+                    # The key ZAP admitted the connection with, then the routing id.
+                    receive(frames[1], frames[2:], frames[0] or None)
+                else:
+                    receive(frames[0], frames[1:])
             except Exception:
                 # A bug in an event handler must not cost the rest of the
                 # batch, nor the socket (the reactor drops a reader that raises).
@@ -328,9 +386,13 @@ class Zyre(Service):
     def _on_gossip_tuple(self, key: str, value: str) -> None:
         if not _GOSSIP_KEY.match(key):
             return  # not a Zyre node's tuple
-        if "|" in value:
-            return  # "endpoint|Z85 public key": a CURVE node, which we cannot talk to
-        self.node.discovered(bytes.fromhex(key), value)
+        # "ENDPOINT|PUBLIC_KEY" for a CURVE node: the node decides whom it follows.
+        endpoint, _, public_key = value.partition("|")
+        try:
+            raw_key = public_key.encode("ascii") if public_key else None
+        except UnicodeError:
+            return
+        self.node.discovered(bytes.fromhex(key), endpoint, raw_key)
 
 
 def _ignore(batch: Batch) -> None:

@@ -16,19 +16,32 @@ The protocol:
 2. The active numbers a new link, hands its outbox to its writer, and from
    the next write on ships every batch (SHIP, numbered by position in the
    order of writes). Then, at exactly that point of the writes, it takes a
-   snapshot (streams' last numbers, letters' ids), and sends CATCHUP_BEGIN
-   (what the passive must cut: nothing when it follows this epoch; back to
-   the takeover point when it led the epoch before; everything when the
-   histories are unrelated), the records and letters the passive lacks
-   (ITEMS, at most L{ITEMS_WINDOW} unacknowledged), and CATCHUP_END.
-3. The passive applies SHIPs and ITEMS as they come (a letter removed by a
-   SHIP while its copy is still coming in ITEMS is not stored), ACKs the
-   last position and ITEMS it has on disk, and once CATCHUP_END's
-   position is on disk says CAUGHT_UP. From then on it is in sync: in
-   ``sync`` mode the active's journal holds each batch's outcome (STORED,
-   a stream record's durability) until its ACK.
+   snapshot (streams' first retained and last numbers, letters' ids), and
+   sends CATCHUP_BEGIN (what the passive must cut: nothing when it follows
+   this epoch; back to the takeover point when it led the epoch before;
+   everything when the histories are unrelated; and, per stream, what
+   comes before the first record the active retains, so that a stream
+   deleted or pruned there meanwhile is gone here too), then ITEMS (at
+   most L{ITEMS_WINDOW} unacknowledged): first the retention and the
+   clients' security state in force, then the whole owners table in pages,
+   then the records and letters the passive lacks; and CATCHUP_END.
+3. The passive applies SHIPs and ITEMS as they come (what a SHIP changed
+   while its older copy was still coming in ITEMS is not taken from the
+   ITEMS: a letter removed, records deleted, an address's owner; an owners
+   page removes the passive's owners of its range that the active does not
+   have), ACKs the last position and ITEMS it has on disk, and once
+   CATCHUP_END's position is on disk says CAUGHT_UP. From then on it is in
+   sync: in ``sync`` mode the active's journal holds each batch's outcome
+   (STORED, a stream record's durability) until its ACK.
 4. A SHIP out of order (a message lost when the link broke) or a new link
    number in the active's heartbeat makes the passive say HELLO again.
+
+Besides the journal's records and letters, the writes carry the owners of
+addresses, an operator's stream deletes and retention changes, and, after
+each reload of the security files on the active, the clients' security
+state (passwords, CURVE clients, access rules): the passive installs that
+one in memory (L{Replica.on_security}), never on its disk; every catch-up
+sends it again (L{ReplicationSource.security}).
 
 Tests: ``tests/test_pair_replication.py``.
 """
@@ -46,12 +59,23 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from malamute_pack.broker.access import AccessPolicy, Glob, Right
 from malamute_pack.broker.store import QueuedRecord
 from malamute_pack.journal.journal import Journal
 from malamute_pack.journal.records import StreamRow
 from malamute_pack.journal.schema import QUEUED_LAST_ID
-from malamute_pack.journal.writer import QueuedRemove, QueuedStore, StreamAppend, WriteOp
+from malamute_pack.journal.writer import (
+    OwnerClaim,
+    PartnerNote,
+    QueuedRemove,
+    QueuedStore,
+    RetentionSet,
+    StreamAppend,
+    StreamDelete,
+    WriteOp,
+)
 from malamute_pack.protocol import pair as wire
+from malamute_pack.transport.security import ClientSecurity
 
 _log = Logger()
 
@@ -68,6 +92,11 @@ _OP_OVERHEAD: Final = 128
 # Records and letters per catch-up message.
 ITEMS_ROWS: Final = 1000
 ITEMS_LETTERS: Final = 200
+ITEMS_OWNERS: Final = 500
+# Addresses an owners page's delete keeps at most (its own and those SHIPs
+# claimed meanwhile): past it, the page removes nothing (SQLite's bound on
+# a statement's parameters).
+_MOST_KEPT: Final = 30_000
 
 # pair_state names.
 EPOCH: Final = "epoch"
@@ -87,6 +116,13 @@ _SET_LAST: Final = (
 _SET_LAST_ID: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
+)
+# A stream's totals less its records before a sequence number.
+_BEFORE: Final = "FROM stream_messages WHERE stream = ? AND seq < ?"
+_LESS_BEFORE: Final = (
+    f"UPDATE streams SET message_count = max(0, message_count - (SELECT count(*) {_BEFORE})),"
+    f" total_bytes = max(0, total_bytes - (SELECT coalesce(sum(bytes), 0) {_BEFORE}))"
+    " WHERE stream = ?"
 )
 
 
@@ -140,9 +176,21 @@ def _changes(ops: Sequence[WriteOp]) -> list[wire.Change]:
             changes.append(op.record)  # type: ignore[union-attr]
         elif kind is QueuedRemove:
             changes.append(wire.Removed(op.record_id))  # type: ignore[union-attr]
-        else:
+        elif kind is StreamAppend:
             assert isinstance(op, StreamAppend)
             changes.append(wire.Appended(op.rows, op.key, op.forget))
+        elif kind is OwnerClaim:
+            assert isinstance(op, OwnerClaim)
+            changes.append(wire.OwnerClaimed(op.address, op.user, op.claimed))
+        elif kind is StreamDelete:
+            assert isinstance(op, StreamDelete)
+            changes.append(wire.StreamDeleted(op.stream, op.through))
+        elif kind is RetentionSet:
+            assert isinstance(op, RetentionSet)
+            changes.append(wire.Retention(op.retention, dict(op.per_stream)))
+        else:
+            assert isinstance(op, PartnerNote)
+            changes.append(op.change)  # type: ignore[arg-type]
     return changes
 
 
@@ -152,7 +200,9 @@ def _size(op: WriteOp) -> int:
         return _OP_OVERHEAD + sum(len(frame) for frame in op.record.content)
     if isinstance(op, StreamAppend):
         return _OP_OVERHEAD * (1 + len(op.rows)) + op.bytes
-    if isinstance(op, QueuedRemove):
+    if isinstance(op, OwnerClaim):
+        return _OP_OVERHEAD + len(op.address) + len(op.user)
+    if isinstance(op, QueuedRemove | StreamDelete | RetentionSet | PartnerNote):
         return _OP_OVERHEAD
     return _OP_OVERHEAD + op[6]  # a stream row: its content's size
 
@@ -161,23 +211,57 @@ def _ignore(_: object) -> None:
     """A replica's writes have nobody to tell."""
 
 
-def _operations(changes: Sequence[wire.Change]) -> list[WriteOp]:
-    """The journal operations that apply C{changes}."""
-    ops: list[WriteOp] = []
-    for change in changes:
-        if type(change) is tuple:
-            ops.append(change)
-        elif isinstance(change, QueuedRecord):
-            ops.append(QueuedStore(change, _ignore))
-        elif isinstance(change, wire.Removed):
-            ops.append(QueuedRemove(change.record_id))
-        elif isinstance(change, wire.Appended):
-            size = sum(row[6] for row in change.rows)
-            ops.append(StreamAppend(change.rows, change.key, change.forget, _ignore, size))
-        else:
-            assert isinstance(change, wire.AppendKey)
-            ops.append(StreamAppend([], change.key, [], _ignore, 0))
-    return ops
+def _operation(change: wire.Change) -> WriteOp | None:
+    """
+    The journal operation that applies C{change} (None for the changes a
+    journal does not write: an owners page, the clients' security).
+    """
+    if type(change) is tuple:
+        return change
+    if isinstance(change, QueuedRecord):
+        return QueuedStore(change, _ignore)
+    if isinstance(change, wire.Removed):
+        return QueuedRemove(change.record_id)
+    if isinstance(change, wire.Appended):
+        size = sum(row[6] for row in change.rows)
+        return StreamAppend(change.rows, change.key, change.forget, _ignore, size)
+    if isinstance(change, wire.AppendKey):
+        return StreamAppend([], change.key, [], _ignore, 0)
+    if isinstance(change, wire.OwnerClaimed):
+        return OwnerClaim(change.address, change.user, change.claimed)
+    if isinstance(change, wire.StreamDeleted):
+        return StreamDelete(change.stream, change.through)
+    if isinstance(change, wire.Retention):
+        return RetentionSet(change.default, dict(change.streams))
+    return None
+
+
+def security_change(state: ClientSecurity) -> wire.ClientSecurity:
+    """The clients' security state as the link carries it."""
+    return wire.ClientSecurity(
+        None if state.passwords is None else dict(state.passwords),
+        None if state.curve_keys is None else dict(state.curve_keys),
+        {
+            right.value: {user: [glob.text for glob in globs] for user, globs in by_user.items()}
+            for right, by_user in state.policy.rules.items()
+        },
+    )
+
+
+def security_state(change: wire.ClientSecurity) -> ClientSecurity:
+    """
+    The clients' security state C{change} carries.
+
+    @raise ValueError: it names a right this broker does not know.
+    """
+    rules: dict[Right, dict[str, tuple[Glob, ...]]] = {}
+    for name, by_user in change.rules.items():
+        try:
+            right = Right(name)
+        except ValueError:
+            raise ValueError(f"an access rule for an unknown right {name!r}") from None
+        rules[right] = {user: tuple(map(Glob, globs)) for user, globs in by_user.items()}
+    return ClientSecurity(change.passwords, change.curve_keys, AccessPolicy(rules))
 
 
 @dataclass(slots=True)
@@ -228,6 +312,9 @@ class ReplicationSource:
         self.acked = 0
         # The incarnation (process) of the partner the link serves.
         self.partner_incarnation = ""
+        # The clients' security state in force here (None: no client
+        # authenticates), sent at each catch-up.
+        self.security: Callable[[], wire.ClientSecurity | None] = lambda: None
         journal.shipper = self._ship
 
     # What the partner says.
@@ -251,7 +338,11 @@ class ReplicationSource:
         snapshot = self._journal.execute(
             [],
             [
-                ("SELECT stream, last_seq FROM streams", ()),
+                (
+                    "SELECT s.stream, s.last_seq, (SELECT min(seq) FROM stream_messages m"
+                    " WHERE m.stream = s.stream) FROM streams s",
+                    (),
+                ),
                 ("SELECT id FROM queued_messages ORDER BY id", ()),
                 ("SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)),
             ],
@@ -355,7 +446,12 @@ class ReplicationSource:
     ) -> Deferred[None] | None:
         if link != self.link:
             return None
-        lasts = {str(stream): int(last) for stream, last in snapshot[0]}
+        lasts = {str(stream): int(last) for stream, last, _ in snapshot[0]}
+        # The first record each stream retains (none: the one after its last).
+        firsts = {
+            str(stream): int(last) + 1 if first is None else int(first)
+            for stream, last, first in snapshot[0]
+        }
         ids = [int(row[0]) for row in snapshot[1]]
         last_id = int(snapshot[2][0][0]) if snapshot[2] else 0
         if ids:
@@ -378,7 +474,7 @@ class ReplicationSource:
         delete = sorted(set(hello.letters) - active_ids) if mode != wire.FULL else []
         missing = [i for i in ids if i not in held]
         begin = wire.CatchupBegin(
-            link, base, mode, history.epoch, truncate, truncate_id, lasts, last_id, delete
+            link, base, mode, history.epoch, truncate, truncate_id, lasts, last_id, delete, firsts
         )
         if not self._send(begin):
             self._lost("its link's queue is full")
@@ -389,6 +485,7 @@ class ReplicationSource:
                 self._lost("its link's queue is full")
                 return None
         self._items_sent = self._items_acked = 0
+        starts = {s: max(starts.get(s, 0), firsts[s] - 1) for s in lasts}
         work = self._send_items(link, lasts, starts, missing)
         return work.addErrback(self._failed, link, "catching the partner up")
 
@@ -415,6 +512,26 @@ class ReplicationSource:
         self, link: int, lasts: dict[str, int], starts: dict[str, int], missing: list[int]
     ) -> None:
         journal = self._journal
+        # What is in force now (later changes are shipped after this).
+        config = journal.config
+        state: list[wire.Change] = [
+            wire.Retention(config.retention, dict(config.per_stream_retention))
+        ]
+        security = self.security()
+        if security is not None:
+            state.append(security)
+        if not await self._items(link, state):
+            return
+        after: str | None = None
+        while True:
+            owners = await journal.read_owners(after, ITEMS_OWNERS)
+            final = len(owners) < ITEMS_OWNERS
+            claims = [wire.OwnerClaimed(*owner) for owner in owners]
+            if not await self._items(link, [wire.OwnersPage(after, final, claims)]):
+                return
+            if final:
+                break
+            after = owners[-1][0]
         for stream, last in lasts.items():
             position = starts.get(stream, 0) + 1
             keys = await journal.read_append_keys(stream, position, last)
@@ -473,7 +590,11 @@ class Replica:
         self.epoch = ""  # the history the active said it leads, at the last catch-up
         self._next = 0  # the position the next SHIP must start at
         self._catching_up = False
+        # What SHIPs changed during a catch-up, not to be taken from ITEMS:
+        # letters removed, records deleted (per stream, up to), owners.
         self._removed: set[int] = set()
+        self._deleted: dict[str, int] = {}
+        self._claimed: set[str] = set()
         self._items_applied = 0
         self._end: int | None = None  # CATCHUP_END's position, until caught up
         self._flushing = False
@@ -481,6 +602,10 @@ class Replica:
         self._saying_hello = False
         self._stopped = False
         self._errors = journal.counters.errors
+        # Installs the clients' security state the active sends (None: this
+        # broker authenticates no client, and ignores it).
+        self.on_security: Callable[[wire.ClientSecurity], None] | None = None
+        self._security_ignored = False
 
     def stop(self) -> None:
         """Apply nothing more (this broker is taking over)."""
@@ -581,6 +706,13 @@ class Replica:
         statements += [
             ("DELETE FROM queued_messages WHERE id = ?", (rid,)) for rid in message.delete
         ]
+        for stream, first in message.firsts.items():
+            # Deleted or pruned on the active meanwhile: not kept here.
+            statements += [
+                (_LESS_BEFORE, (stream, first, stream, first, stream)),
+                ("DELETE FROM stream_messages WHERE stream = ? AND seq < ?", (stream, first)),
+            ]
+            journal.forget_before(stream, first)
         statements += [(_SET_LAST, (stream, last)) for stream, last in message.counters.items()]
         statements.append((_SET_LAST_ID, (QUEUED_LAST_ID, message.last_id)))
         # This journal now follows the active's history; it leads none.
@@ -592,6 +724,8 @@ class Replica:
         self._next = message.base + 1
         self._catching_up = True
         self._removed = set()
+        self._deleted = {}
+        self._claimed = set()
         self._items_applied = 0
         self._end = None
         self.stats.catchups += 1
@@ -608,26 +742,105 @@ class Replica:
             )
             self.hello()
             return
-        ops = _operations(message.changes)
+        ops: list[WriteOp] = []
+        for change in message.changes:
+            if type(change) is tuple:  # a stream record: most of them
+                ops.append(change)
+                continue
+            op = _operation(change)
+            if op is not None:
+                ops.append(op)
+            elif isinstance(change, wire.ClientSecurity):
+                self._install(change)
         if self._catching_up:
-            self._removed.update(op.record_id for op in ops if type(op) is QueuedRemove)
+            for op in ops:
+                if isinstance(op, QueuedRemove):
+                    self._removed.add(op.record_id)
+                elif isinstance(op, StreamDelete):
+                    self._deleted[op.stream] = max(self._deleted.get(op.stream, 0), op.through)
+                elif isinstance(op, OwnerClaim):
+                    self._claimed.add(op.address)
         self._journal.apply(ops)
-        self._next += len(ops)
-        self.stats.applied += len(ops)
+        self._next += len(message.changes)
+        self.stats.applied += len(message.changes)
         self._acknowledge()
 
     def items(self, message: wire.Items) -> None:
         if message.link != self.link or self.link == 0:
             return
-        changes = [
-            c
-            for c in message.changes
-            if not (isinstance(c, QueuedRecord) and c.id in self._removed)
-        ]
-        self._journal.apply(_operations(changes))
+        ops: list[WriteOp] = []
+        deleted = self._deleted
+        for change in message.changes:
+            if type(change) is tuple:
+                if deleted and change[1] <= deleted.get(change[0], 0):
+                    continue  # deleted by a SHIP since it was read
+                ops.append(change)
+            elif isinstance(change, QueuedRecord):
+                if change.id not in self._removed:
+                    ops.append(QueuedStore(change, _ignore))
+            elif isinstance(change, wire.OwnersPage):
+                ops += self._owners_page(change)
+            elif isinstance(change, wire.ClientSecurity):
+                self._install(change)
+            else:
+                op = _operation(change)
+                if op is not None:
+                    ops.append(op)
+        self._journal.apply(ops)
         self._items_applied += 1
         self.stats.items += 1
         self._acknowledge()
+
+    def _owners_page(self, page: wire.OwnersPage) -> list[WriteOp]:
+        """
+        The claims of C{page} that no SHIP has changed since it was read,
+        as operations; the passive's other owners in its range are
+        removed (in the order of writes).
+        """
+        claimed = self._claimed
+        upper = None if page.final or not page.claims else page.claims[-1].address
+        kept = {claim.address for claim in page.claims}
+        kept.update(
+            address
+            for address in claimed
+            if (page.after is None or address > page.after) and (upper is None or address <= upper)
+        )
+        if len(kept) <= _MOST_KEPT:
+            where = ["address NOT IN (" + ",".join("?" * len(kept)) + ")"]
+            parameters: list[Any] = list(kept)
+            if page.after is not None:
+                where.append("address > ?")
+                parameters.append(page.after)
+            if upper is not None:
+                where.append("address <= ?")
+                parameters.append(upper)
+            self._journal.execute(
+                [(f"DELETE FROM address_owners WHERE {' AND '.join(where)}", tuple(parameters))]
+            ).addErrback(self._page_failed)
+        return [
+            OwnerClaim(claim.address, claim.user, claim.claimed)
+            for claim in page.claims
+            if claim.address not in claimed
+        ]
+
+    def _page_failed(self, failure: Failure) -> None:
+        _log.error("pair: removing owners the active does not have failed: {e}", e=failure.value)
+
+    def _install(self, change: wire.ClientSecurity) -> None:
+        """Put the active's clients' security state in force here (in memory only)."""
+        install = self.on_security
+        if install is None:
+            if not self._security_ignored:
+                self._security_ignored = True
+                _log.warn(
+                    "pair: the active sends its clients' passwords, keys and access rules,"
+                    " and no endpoint of this broker authenticates clients: ignored"
+                )
+            return
+        try:
+            install(change)
+        except ValueError as e:
+            _log.error("pair: the active's clients' security state is not installed: {e}", e=e)
 
     def end(self, message: wire.CatchupEnd) -> None:
         if message.link != self.link or self.link == 0:
@@ -660,6 +873,8 @@ class Replica:
         if end is not None and self._catching_up:
             self._catching_up = False
             self._removed = set()
+            self._deleted = {}
+            self._claimed = set()
             self._journal.execute(set_state({COMPLETE: "1"})).addCallback(
                 lambda _: self._caught_up(link, position)
             )

@@ -8,19 +8,44 @@ the active's source or the passive's replica.
 Becoming active: the replica stops; unless this broker led the history its
 journal holds, the journal is closed and opened again as a takeover
 (numbering jumps past what the old active may have handed out) and the new
-history (epoch) is recorded with its takeover point; the letters and keys
-the journal holds go to the broker model; the services that only the
-active runs (the pack) start; the gate opens. Becoming passive at start:
-the replica asks the active to catch it up. An active that must yield to
+history (epoch) is recorded with its takeover point; the letters, keys and
+owners of addresses the journal holds go to the broker model (the passive
+serves no client, so its owners are read only now, from the table the
+active replicated); the services that only the active runs (the pack)
+start; the gate opens. Becoming passive at start: the replica asks the
+active to catch it up. An active that must yield to
 its partner (two actives after a partition: the backup yields) stops the
 broker: it restarts as passive and catches up, never serving beside the
 partner.
 
-Tests: ``tests/test_pair_service.py``, ``tests/test_pair_system.py``.
+Stopping itself (L{PairService.stop_broker}; the backup yielding, exit
+status L{EXIT_YIELDED}, or a takeover that failed, L{EXIT_FAILED}): the
+reactor stops and twistd stops the services as on SIGTERM. Whatever was
+under way finishes or is abandoned first: a takeover stops at its next
+step (a journal being closed for it is closed, and not opened again), and
+the service stops only once it has; the journal writes what it holds and
+closes. The process then exits with that status (an C{atexit} hook), and
+if anything still holds it L{EXIT_GRACE_S} seconds after the stop began,
+a watchdog thread says so on stderr and ends it: a broker that stopped
+itself must not linger, since systemd's C{Restart=always} waits for it.
+
+The clients' security (L{use_security}): the active sends it to the
+passive after each reload of its security files and at each catch-up; the
+passive puts it in force in memory (its own files are not changed), so
+that it is in force on this broker if it takes over.
+
+Tests: ``tests/test_pair_service.py``, ``tests/test_pair_system.py``,
+``tests/test_pair_identity.py``, ``tests/test_system_pair_identity.py``.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +55,7 @@ from typing import Any
 import zmq
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.error import ReactorNotRunning
 from twisted.internet.interfaces import IReactorCore, IReactorFDSet, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -47,12 +73,24 @@ from malamute_pack.pair.replication import (
     History,
     Replica,
     ReplicationSource,
+    security_change,
+    security_state,
     set_state,
 )
 from malamute_pack.protocol import pair as wire
 from malamute_pack.settings import PairSettings
+from malamute_pack.transport.curve import LinkCurve
+from malamute_pack.transport.security import ClientSecurity, SecurityService
 
 _log = Logger()
+
+# The exit status of a broker that stopped itself: the backup yielding to an
+# active partner (EX_TEMPFAIL: restart it, it comes back passive), or a
+# takeover that failed.
+EXIT_YIELDED = 75
+EXIT_FAILED = 1
+# Seconds a broker that stopped itself has to exit before its watchdog ends it.
+EXIT_GRACE_S = 5.0
 
 _PEER_EVENTS = {
     "starting": Event.PEER_STARTING,
@@ -83,6 +121,9 @@ class PairService(Service):
     broker becomes active; C{active_services} run only while it is.
     """
 
+    # The clients' security files (L{use_security}), if clients authenticate.
+    _security: SecurityService | None = None
+
     def __init__(
         self,
         reactor: IReactorFDSet,
@@ -93,7 +134,12 @@ class PairService(Service):
         restore: Callable[[Recovered], None],
         active_services: Sequence[Service] = (),
         data_dir: Path | None = None,
+        curve: LinkCurve | None = None,
     ) -> None:
+        """
+        @param curve: the pair link's CURVE keys (C{--pair-key}: this
+            broker's key pair, the partner's public key); None: an open link.
+        """
         assert settings.role is not None and settings.bind and settings.connect
         self._reactor = reactor
         self._clock: IReactorTime = reactor  # type: ignore[assignment]
@@ -109,7 +155,9 @@ class PairService(Service):
             self.role, self._clock.seconds(), self._heartbeat, settings.misses
         )
         self.gate = ClientGate(broker, self._client_request)
-        self.link = PairLink(reactor, context, settings.bind, settings.connect, self._received)
+        self.link = PairLink(
+            reactor, context, settings.bind, settings.connect, self._received, curve
+        )
         self.incarnation = uuid.uuid4().hex
         self.source: ReplicationSource | None = None
         self.replica: Replica | None = None
@@ -119,6 +167,14 @@ class PairService(Service):
         self.takeovers = 0
         self._same_role = ""  # the incarnation of the same-role broker reported last
         self.activated: Deferred[None] = Deferred()
+        # Fires once the takeover under way (if any) has finished or given up.
+        self._activating: Deferred[None] | None = None
+        # This broker asked to stop itself: its services stop on the
+        # reactor's next turn (a takeover under way goes no further).
+        self._stopping_itself = False
+        # Stops the broker with an exit status (L{EXIT_YIELDED}...): the
+        # reactor and then the process (L{_stop_process}); tests replace it.
+        self.stop_broker: Callable[[int], None] = self._stop_process
 
     def add_active_service(self, service: Service) -> None:
         """Run C{service} only while this broker is active."""
@@ -128,6 +184,38 @@ class PairService(Service):
     def active_services(self) -> tuple[Service, ...]:
         """The services that run only while this broker is active."""
         return tuple(self._active_services)
+
+    def use_security(self, security: SecurityService) -> None:
+        """
+        The clients' security in force here: sent to the partner after each
+        reload while this broker is active, and at each catch-up; replaced
+        by the partner's while it is passive.
+        """
+        self._security = security
+        security.reloaded.append(self._security_reloaded)
+
+    def _security_reloaded(self, state: ClientSecurity) -> None:
+        if self.source is not None and self._journal.is_open:
+            self._journal.pass_to_partner(security_change(state))
+
+    def _client_security(self) -> wire.ClientSecurity | None:
+        security = self._security
+        if security is None or security.clients is None:
+            return None
+        return security_change(security.clients)
+
+    def _install_security(self, change: wire.ClientSecurity) -> None:
+        """The active's clients' security, in force here from now on (in memory)."""
+        state = security_state(change)
+        if self._security is None or not self._security.install(state):
+            return
+        _log.info(
+            "pair: the active's client security is in force here: {users} passwords,"
+            " {keys} CURVE keys, access rules for {rights} rights",
+            users=len(state.passwords or ()),
+            keys=len(state.curve_keys or ()),
+            rights=len(state.policy.rules),
+        )
 
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
@@ -189,6 +277,12 @@ class PairService(Service):
         super().startService()
 
     def stopService(self) -> Deferred[Any]:
+        """
+        Stop, once a takeover under way has finished or given up (it does
+        at its next step, seeing this service stopped): the journal's own
+        service closes the journal meanwhile, after the takeover's close
+        if one is under way, and nothing opens it again.
+        """
         super().stopService()
         if self._loop is not None and self._loop.running:
             self._loop.stop()
@@ -198,6 +292,8 @@ class PairService(Service):
             if isinstance(d, Deferred)
         ]
         self.link.stop()
+        if self._activating is not None:
+            stopping.append(self._activating)
         return DeferredList(stopping)
 
     def pauseReading(self) -> None:
@@ -297,8 +393,8 @@ class PairService(Service):
 
     def _act(self, action: Action, before: State, transition: Transition) -> None:
         if action is Action.BECOME_ACTIVE:
-            takeover = Action.TAKE_OVER in transition.actions
-            Deferred.fromCoroutine(self._activate(takeover)).addErrback(self._activation_failed)
+            if not self._stopping():  # nothing may open the journal again
+                self._begin_activation(Action.TAKE_OVER in transition.actions)
         elif action is Action.BECOME_PASSIVE:
             if before is State.ACTIVE:
                 self._yield()
@@ -332,7 +428,33 @@ class PairService(Service):
             self._clock.seconds,
             retry_after=self.machine.timeout * 2,
         )
+        if self._security is not None and self._security.clients is not None:
+            self.replica.on_security = self._install_security
         self.replica.hello()
+
+    def _begin_activation(self, takeover: bool) -> None:
+        """Run L{_activate}; L{_activating} fires when it is over, whatever its outcome."""
+        settled: Deferred[None] = Deferred()
+        self._activating = settled
+
+        def over(_: object) -> None:
+            if self._activating is settled:
+                self._activating = None
+            settled.callback(None)
+
+        activation = Deferred.fromCoroutine(self._activate(takeover))
+        activation.addErrback(self._activation_failed).addBoth(over)
+
+    def _stopping(self) -> bool:
+        """Whether the broker is stopping (its services, or it asked to stop itself)."""
+        return self._stopping_itself or not self.running
+
+    def _abandoned(self) -> bool:
+        """Whether the broker is stopping: the takeover under way goes no further (logged)."""
+        if not self._stopping():
+            return False
+        _log.warn("pair: the broker is stopping: the takeover under way is abandoned")
+        return True
 
     async def _activate(self, takeover: bool) -> None:
         if self.replica is not None:
@@ -344,6 +466,8 @@ class PairService(Service):
         if takeover or found.pair.get(LEADER, self.role.value) != self.role.value:
             # Close the journal's writes and open it again as the successor.
             await journal.close()
+            if self._abandoned():
+                return  # closed, and it stays so: the journal service's close waited for this one
             found = journal.open(takeover=True)
             self.takeovers += 1
             history = History(
@@ -359,6 +483,8 @@ class PairService(Service):
             if not history.epoch:
                 history.epoch = uuid.uuid4().hex
         await journal.execute(set_state({**history.state(self.role.value), COMPLETE: "1"}))
+        if self._abandoned():
+            return  # the journal service is closing the journal
         self._leads = True
         self._recovered = found
         self._restore(found)
@@ -369,6 +495,7 @@ class PairService(Service):
             sync=self._settings.replication == "sync",
             seconds=self._clock.seconds,
         )
+        self.source.security = self._client_security
         for service in self._active_services:
             service.startService()
         self.gate.open()
@@ -377,17 +504,81 @@ class PairService(Service):
         self.activated.callback(None)
 
     def _activation_failed(self, failure: Failure) -> None:
-        _log.failure("pair: becoming active failed; stopping the broker", failure)
-        self._stop_reactor()
+        if self._stopping():  # the journal closed under it, say: the broker stops anyway
+            _log.warn(
+                "pair: the broker is stopping: the takeover under way is abandoned ({error})",
+                error=failure.value,
+            )
+            return
+        _log.failure(
+            "pair: becoming active failed; stopping the broker (exit status {status})",
+            failure,
+            status=EXIT_FAILED,
+        )
+        self._stopping_itself = True
+        self.stop_broker(EXIT_FAILED)
 
     def _yield(self) -> None:
         _log.critical(
             "pair: the partner is active too and this broker is the backup: it stops "
-            "serving now; restart it and it comes back as passive and catches up"
+            "serving now and exits (status {status}); restart it and it comes back as "
+            "passive and catches up",
+            status=EXIT_YIELDED,
         )
-        self._stop_reactor()
+        self._stopping_itself = True
+        self.stop_broker(EXIT_YIELDED)
 
-    def _stop_reactor(self) -> None:
+    def _stop_process(self, status: int) -> None:
+        """
+        Stop the reactor (twistd then stops the services: L{stopService},
+        the journal writing what it holds and closing) and have the process
+        exit with C{status} (L{exit_when_stopped}).
+        """
+        exit_when_stopped(status, EXIT_GRACE_S)
         reactor: IReactorCore = self._reactor  # type: ignore[assignment]
-        if reactor.running:
+        if not reactor.running:
+            reactor.callWhenRunning(reactor.stop)
+            return
+        with contextlib.suppress(ReactorNotRunning):  # stopping already
             reactor.stop()
+
+
+# The status this process exits with, once exit_when_stopped was called.
+_exit_status: int | None = None
+
+
+def exit_when_stopped(status: int, grace: float) -> None:
+    """
+    End this process with C{status} once it stops: when the interpreter
+    exits (twistd returned, every thread ended), an C{atexit} hook flushes
+    stdout and stderr and exits with C{status}, not 0; and if it still runs
+    C{grace} seconds from now (a stop that never finished: a service, a
+    thread), a daemon thread says so on stderr and ends it. The first call
+    of a process sets the status; later ones change nothing.
+    """
+    global _exit_status
+    if _exit_status is not None:
+        return
+    _exit_status = status
+    atexit.register(_exit_now, status)
+    threading.Thread(
+        target=_exit_later, args=(status, grace), name="pair-exit-watchdog", daemon=True
+    ).start()
+
+
+def _exit_now(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def _exit_later(status: int, grace: float) -> None:
+    time.sleep(grace)
+    line = (
+        f"pair: the broker stopped itself {grace:g} s ago and has not exited"
+        f" (a stop that never finished): exiting now with status {status}\n"
+    )
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode())
+    os._exit(status)

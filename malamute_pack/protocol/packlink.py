@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
 SIGNATURE: Final = b"\xaa\xa3"
-VERSION: Final = 1
+# 2: OWNER (a CURVE pack's brokers tell each other who owns which address).
+VERSION: Final = 2
 
 # Field kinds.
 _STRING, _BYTE, _NUMBER2, _NUMBER4, _NUMBER8 = "s", "1", "2", "4", "8"
@@ -228,10 +229,32 @@ class Confirm(LinkMessage):
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Owner(LinkMessage):
+    """
+    C{user} owns C{address}, claimed at C{claimed} (microseconds since the
+    epoch): sent by the brokers of a CURVE pack when a claim is made, and
+    all of them at a (re)synchronisation; the receiver keeps the claim that
+    prevails (L{malamute_pack.broker.access.Claim.prevails}).
+    """
+
+    ID: ClassVar[int] = 10
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("user", _STRING),
+        ("claimed", _NUMBER8),
+    )
+    address: str = ""
+    user: str = ""
+    claimed: int = 0
+
+
 MESSAGE_TYPES: Final[dict[int, type[LinkMessage]]] = {
     cls.ID: cls
-    for cls in (Sync, Interest, Uninterest, Address, Offer, Forward, Letter, Answer, Confirm)
-}
+    for cls in (
+        Sync, Interest, Uninterest, Address, Offer, Forward, Letter, Answer, Confirm, Owner
+    )
+}  # fmt: skip
 
 _HEADER = struct.Struct(">2sBB")
 _QQ = struct.Struct(">QQ")
@@ -348,7 +371,7 @@ def decode(frames: Sequence[bytes]) -> LinkMessage:
     if signature != SIGNATURE:
         raise MalformedLink(f"bad signature {signature.hex()}")
     if version != VERSION:
-        raise MalformedLink(f"unknown version {version}")
+        raise MalformedLink(f"version {version}, this broker speaks {VERSION}")
     if message_id == Forward.ID:
         return _decode_forward(header, frames)
     cls = MESSAGE_TYPES.get(message_id)

@@ -6,11 +6,18 @@ state (as ``twisted/names/dns.py`` is for DNS).
 A message is one ZeroMQ message of several frames. The first frame is the
 header: the signature ``b"MP"``, the link's version byte (L{VERSION}: a
 broker refuses another, naming both), a command byte, then the command's fixed
-fields. Journal changes (stream records, letters stored and removed,
-idempotent appends, append keys) travel one per frame after the header, in
-the encoding of :func:`encode_change`. Integers are big-endian; a string
-is a 4-byte length and UTF-8; a float is an IEEE double. Anything that does
-not decode raises :class:`MalformedPairMessage`.
+fields. Journal changes travel one per frame after the header, in the
+encoding of :func:`encode_change`, each frame starting with its kind byte:
+stream records (R), letters stored (Q) and removed (D), idempotent appends
+(A), append keys (K), an address's owner (O), a page of the owners table
+(P, catch-up), an operator's stream delete (X) and retention (T), and the
+clients' security state (S: passwords, CURVE keys, access rules; never
+written to the passive's disk). Integers are big-endian; a string is a
+4-byte length and UTF-8; a float is an IEEE double. Anything that does not
+decode raises :class:`MalformedPairMessage`.
+
+Version 2 (this one) added the kinds O, P, X, T and S and CATCHUP_BEGIN's
+first retained sequence numbers; version 1 brokers cannot pair with it.
 
 =================  ==========  ============================================
 command            direction   fields / frames
@@ -20,7 +27,8 @@ HEARTBEAT (1)      both        role, state, in_sync, incarnation, epoch, link,
 HELLO (2)          passive     incarnation, epoch, last id, streams' last
                                sequence numbers; frame: letter ids (u64s)
 CATCHUP_BEGIN (3)  active      link, base, mode, epoch, truncate points and
-                               id, counters; frame: letter ids to delete
+                               id, counters, first sequence numbers
+                               retained; frame: letter ids to delete
 SHIP (4)           active      link, position of the first change; changes
 ITEMS (5)          active      link; changes (catch-up, no position)
 CATCHUP_END (6)    active      link, position
@@ -41,10 +49,11 @@ from typing import Final, TypeAlias
 
 from malamute_pack.broker.store import QueuedRecord
 from malamute_pack.journal.records import StreamRow, decode_frames, encode_frames
+from malamute_pack.journal.retention import RetentionPolicy
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
-VERSION: Final = 1
+VERSION: Final = 2
 
 # Catch-up modes: what the passive keeps of its own journal.
 INCREMENTAL: Final = 0  # it follows this history: keep it all
@@ -87,6 +96,9 @@ class CatchupBegin:
     counters: dict[str, int]
     last_id: int
     delete: list[int] = field(default_factory=list)
+    # Per stream, the first sequence number the active retains: the
+    # passive keeps nothing before it (deleted or pruned there meanwhile).
+    firsts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +156,77 @@ class AppendKey:
     key: tuple[str, str, int, int, float]
 
 
-Change: TypeAlias = StreamRow | QueuedRecord | Removed | Appended | AppendKey
+@dataclass(frozen=True, slots=True)
+class OwnerClaimed:
+    """C{user} owns C{address} since C{claimed} (replacing another owner)."""
+
+    address: str
+    user: str
+    claimed: float
+
+
+@dataclass(frozen=True, slots=True)
+class OwnersPage:
+    """
+    Catch-up: the active's owners of the addresses after C{after} (None:
+    from the first) up to the last one of C{claims}, or to the end of the
+    table if C{final}. The passive keeps no other owner in that range.
+    """
+
+    after: str | None
+    final: bool
+    claims: list[OwnerClaimed]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDeleted:
+    """An operator deleted C{stream}'s records up to C{through}."""
+
+    stream: str
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """The retention in force: the default and each stream's own."""
+
+    default: RetentionPolicy
+    streams: dict[str, RetentionPolicy]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """
+    The clients' security in force on the active: the PLAIN passwords
+    (user to password; None: no PLAIN endpoint), the CURVE clients (public
+    key in Z85 to user; None: no CURVE endpoint) and the access rules
+    (right to user to globs). Its repr leaves the passwords out.
+    """
+
+    passwords: dict[str, str] | None = field(repr=False)
+    curve_keys: dict[bytes, str] | None
+    rules: dict[str, dict[str, list[str]]]
+
+
+Change: TypeAlias = (
+    StreamRow
+    | QueuedRecord
+    | Removed
+    | Appended
+    | AppendKey
+    | OwnerClaimed
+    | OwnersPage
+    | StreamDeleted
+    | Retention
+    | ClientSecurity
+)
 PairMessage: TypeAlias = (
     Heartbeat | Hello | CatchupBegin | Ship | Items | CatchupEnd | CaughtUp | Ack
 )
 
 _HEARTBEAT, _HELLO, _BEGIN, _SHIP, _ITEMS, _END, _CAUGHT_UP, _ACK = range(1, 9)
 _ROW, _LETTER, _REMOVED, _APPENDED, _KEY = b"RQDAK"
+_OWNER, _OWNERS, _DELETED, _RETENTION, _SECURITY = b"OPXTS"
 
 _U8: Final = struct.Struct(">B")
 _U32: Final = struct.Struct(">I")
@@ -159,6 +235,8 @@ _F64: Final = struct.Struct(">d")
 _ROW_FIXED: Final = struct.Struct(">QdQQ")  # seq, ts, origin_seq, bytes
 _ROW_HEAD: Final = b"R"
 _LETTER_FIXED: Final = struct.Struct(">QddQ")  # id, deadline, created, relay_id
+# A retention policy: which limits it has (bits 0, 1, 2: count, age, bytes), then each.
+_POLICY: Final = struct.Struct(">BQdQ")
 
 
 class _Writer:
@@ -181,6 +259,19 @@ class _Writer:
         data = value.encode("utf-8", "surrogateescape")
         self.parts.append(_U32.pack(len(data)))
         self.parts.append(data)
+        return self
+
+    def blob(self, value: bytes) -> _Writer:
+        self.parts.append(_U32.pack(len(value)))
+        self.parts.append(value)
+        return self
+
+    def u32(self, value: int) -> _Writer:
+        self.parts.append(_U32.pack(value))
+        return self
+
+    def f64(self, value: float) -> _Writer:
+        self.parts.append(_F64.pack(value))
         return self
 
     def counts(self, values: dict[str, int]) -> _Writer:
@@ -229,6 +320,9 @@ class _Reader:
             return self._take(size).decode("utf-8", "surrogateescape")
         except UnicodeDecodeError as e:  # pragma: no cover - surrogateescape takes any bytes
             raise MalformedPairMessage(str(e)) from e
+
+    def blob(self) -> bytes:
+        return self._take(self.u32())
 
     def counts(self) -> dict[str, int]:
         return {self.string(): self.u64() for _ in range(self._count(12))}
@@ -307,7 +401,67 @@ def encode_change(change: Change) -> bytes:
         w = _Writer(bytes((_KEY,)))
         _key(w, change.key)
         return w.frame()
-    raise TypeError(f"not a journal change: {change!r}")
+    if isinstance(change, OwnerClaimed):
+        w = _Writer(bytes((_OWNER,)))
+        return w.string(change.address).string(change.user).f64(change.claimed).frame()
+    if isinstance(change, OwnersPage):
+        w = _Writer(bytes((_OWNERS,)))
+        w.u8((change.after is not None) | change.final << 1)
+        if change.after is not None:
+            w.string(change.after)
+        w.u32(len(change.claims))
+        for claim in change.claims:
+            w.string(claim.address).string(claim.user).f64(claim.claimed)
+        return w.frame()
+    if isinstance(change, StreamDeleted):
+        return _Writer(bytes((_DELETED,))).string(change.stream).u64(change.through).frame()
+    if isinstance(change, Retention):
+        w = _Writer(bytes((_RETENTION,)))
+        _policy(w, change.default)
+        w.u32(len(change.streams))
+        for stream, policy in change.streams.items():
+            _policy(w.string(stream), policy)
+        return w.frame()
+    if isinstance(change, ClientSecurity):
+        w = _Writer(bytes((_SECURITY,)))
+        w.u8((change.passwords is not None) | (change.curve_keys is not None) << 1)
+        if change.passwords is not None:
+            w.u32(len(change.passwords))
+            for user, password in change.passwords.items():
+                w.string(user).string(password)
+        if change.curve_keys is not None:
+            w.u32(len(change.curve_keys))
+            for public, user in change.curve_keys.items():
+                w.blob(public).string(user)
+        w.u32(len(change.rules))
+        for right, by_user in change.rules.items():
+            w.string(right).u32(len(by_user))
+            for user, globs in by_user.items():
+                w.string(user).u32(len(globs))
+                for glob in globs:
+                    w.string(glob)
+        return w.frame()
+    # The message names the kind only: a change may hold passwords.
+    raise TypeError(f"not a journal change: {type(change).__name__}")
+
+
+def _policy(w: _Writer, policy: RetentionPolicy) -> None:
+    count, age, size = policy.max_count, policy.max_age_s, policy.max_bytes
+    flags = (count is not None) | (age is not None) << 1 | (size is not None) << 2
+    w.parts.append(_POLICY.pack(flags, count or 0, age or 0.0, size or 0))
+
+
+def _read_policy(r: _Reader) -> RetentionPolicy:
+    flags, count, age, size = _POLICY.unpack(r._take(_POLICY.size))
+    if flags > 7:
+        raise MalformedPairMessage(f"a retention policy's flags are {flags}")
+    return RetentionPolicy(
+        count if flags & 1 else None, age if flags & 2 else None, size if flags & 4 else None
+    )
+
+
+def _read_claim(r: _Reader) -> OwnerClaimed:
+    return OwnerClaimed(r.string(), r.string(), r.f64())
 
 
 def _encode_row(row: StreamRow) -> bytes:
@@ -390,7 +544,45 @@ def decode_change(frame: bytes) -> Change:
         key = _read_key(r)
         r.end()
         return AppendKey(key)
-    raise MalformedPairMessage(f"unknown change kind {kind}")
+    change: Change
+    if kind == _OWNER:
+        change = _read_claim(r)
+    elif kind == _OWNERS:
+        flags = r.u8()
+        if flags > 3:
+            raise MalformedPairMessage(f"an owners page's flags are {flags}")
+        after = r.string() if flags & 1 else None
+        claims = [_read_claim(r) for _ in range(r._count(16))]
+        change = OwnersPage(after, bool(flags & 2), claims)
+    elif kind == _DELETED:
+        change = StreamDeleted(r.string(), r.u64())
+    elif kind == _RETENTION:
+        default = _read_policy(r)
+        change = Retention(
+            default, {r.string(): _read_policy(r) for _ in range(r._count(4 + _POLICY.size))}
+        )
+    elif kind == _SECURITY:
+        change = _read_security(r)
+    else:
+        raise MalformedPairMessage(f"unknown change kind {kind}")
+    r.end()
+    return change
+
+
+def _read_security(r: _Reader) -> ClientSecurity:
+    flags = r.u8()
+    if flags > 3:
+        raise MalformedPairMessage(f"a security state's flags are {flags}")
+    passwords = {r.string(): r.string() for _ in range(r._count(8))} if flags & 1 else None
+    keys = {r.blob(): r.string() for _ in range(r._count(8))} if flags & 2 else None
+    rules: dict[str, dict[str, list[str]]] = {}
+    for _ in range(r._count(8)):
+        right = r.string()
+        by_user = rules.setdefault(right, {})
+        for _ in range(r._count(8)):
+            user = r.string()
+            by_user[user] = [r.string() for _ in range(r._count(4))]
+    return ClientSecurity(passwords, keys, rules)
 
 
 def _decode_row(r: _Reader, end: int | None = None) -> StreamRow:
@@ -433,7 +625,7 @@ def encode(message: PairMessage) -> list[bytes]:
     if isinstance(message, CatchupBegin):
         w = _head(_BEGIN).u64(message.link).u64(message.base).u8(message.mode)
         w.string(message.epoch).counts(message.truncate).u64(message.truncate_id)
-        w.counts(message.counters).u64(message.last_id)
+        w.counts(message.counters).u64(message.last_id).counts(message.firsts)
         return [w.frame(), _ids(message.delete)]
     if isinstance(message, Ship):
         head = _head(_SHIP).u64(message.link).u64(message.first).frame()
@@ -480,12 +672,12 @@ def decode(frames: Sequence[bytes]) -> PairMessage:
     elif command == _BEGIN:
         link, base, mode, epoch = r.u64(), r.u64(), r.u8(), r.string()
         truncate, truncate_id = r.counts(), r.u64()
-        counters, last_id = r.counts(), r.u64()
+        counters, last_id, firsts = r.counts(), r.u64(), r.counts()
         if len(frames) != 2 or mode not in (INCREMENTAL, TRUNCATE, FULL):
             raise MalformedPairMessage("a malformed CATCHUP_BEGIN")
         message = CatchupBegin(
             link, base, mode, epoch, truncate, truncate_id, counters, last_id,
-            _read_ids(frames[1]),
+            _read_ids(frames[1]), firsts,
         )  # fmt: skip
         extra = 1
     elif command == _SHIP:

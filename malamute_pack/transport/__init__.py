@@ -12,7 +12,7 @@ sockets.
 - C{dialects}: MLM versions 1 and 2: how a session encodes what the model
   says, and the policy that goes with each.
 - C{zap}: PLAIN and CURVE authentication (a ZAP handler, the password
-  file, refusals throttled per peer address).
+  file, refusals answered late per (address, user): the login throttle).
 - C{curve}: CURVE certificates: the broker's secret key, the allowed
   clients' keys with their users, and a command that makes key pairs.
 - C{security}: the security files (passwords, CURVE clients, access

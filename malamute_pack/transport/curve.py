@@ -30,13 +30,14 @@ import os
 import stat
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
 from twisted.logger import Logger
 from zmq.utils import z85
 
-from malamute_pack.transport.zap import RESERVED_USERS
+from malamute_pack.transport.zap import RESERVED_USERS, KeyAllowList
 from malamute_pack.zpl import ZplError, parse_zpl
 
 _log = Logger()
@@ -77,8 +78,8 @@ def _certificate(path: Path, text: str) -> dict[str, list[str]]:
 def load_server_secret(path: Path) -> bytes:
     """
     The broker's secret key (Z85) from its secret certificate at C{path}.
-    A certificate that others than its owner may read is used, with a
-    warning.
+    A certificate that others than its owner may read is refused: the
+    error names it, with the command that mends it.
     """
     certificate = _certificate(path, _read(path))
     secret = certificate.get("curve/secret-key")
@@ -93,11 +94,49 @@ def load_server_secret(path: Path) -> bytes:
     except OSError:
         mode = 0
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        _log.warn(
-            "the broker's CURVE secret key {path} is readable by other users than its owner",
-            path=str(path),
+        raise CurveError(
+            f"{path}: a secret certificate must be readable by its owner only (mode 0600),"
+            f" and this one is {stat.S_IMODE(mode):04o}: chmod 600 {path}"
         )
     return key
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A CURVE key pair, Z85 (40 ASCII characters each); the secret is never logged."""
+
+    public: bytes
+    secret: bytes = field(repr=False)
+
+    @classmethod
+    def load(cls, path: Path) -> KeyPair:
+        """The pair in the secret certificate at C{path} (see L{load_server_secret})."""
+        secret = load_server_secret(path)
+        return cls(zmq.curve_public(secret), secret)
+
+
+@dataclass(frozen=True)
+class LinkCurve:
+    """
+    A CURVE link between brokers (a pack's, a pair's): this broker's key
+    pair on it, and the other brokers' public keys it admits (reloaded on
+    SIGHUP, see L{malamute_pack.transport.security}).
+    """
+
+    keys: KeyPair
+    allowed: KeyAllowList
+
+
+def broker_key_pair(curve_secret: Path | None, data_dir: Path) -> KeyPair:
+    """
+    The broker's own key pair: C{curve_secret}'s (C{--curve-secret}), or
+    the one made in C{data_dir} on the first start (L{server_secret}).
+    """
+    if curve_secret is not None:
+        return KeyPair.load(curve_secret)
+    secret, public = server_secret(data_dir)
+    _log.info("CURVE: the broker's public certificate is {path}", path=str(public))
+    return KeyPair(zmq.curve_public(secret), secret)
 
 
 def _certificate_user(path: Path, certificate: dict[str, list[str]]) -> str:

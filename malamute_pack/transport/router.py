@@ -28,12 +28,13 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.session import Receiver
 from malamute_pack.transport.handshakes import HandshakeMonitor
 from malamute_pack.transport.sessions import MlmSessions
+from malamute_pack.transport.zap import CLIENT_DOMAIN
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
 _log = Logger()
 
-# The ZAP domain the broker's sockets authenticate in.
-ZAP_DOMAIN = "malamute"
+# The ZAP domain the clients' sockets authenticate in.
+ZAP_DOMAIN = CLIENT_DOMAIN.decode("ascii")
 
 _LIKE = "give an endpoint like tcp://*:9999, tcp://127.0.0.1:9999 or ipc://@/name"
 

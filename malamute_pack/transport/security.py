@@ -1,6 +1,7 @@
 """
 The broker's security files as a service: the password file (PLAIN), the
-CURVE clients' keys and the access-control file, read when the broker
+CURVE clients' keys, the access-control file and the keys of the brokers
+a CURVE pack or pair link admits, read when the broker
 starts and again on SIGHUP, into the ZAP handler (who may connect, as
 which user) and the broker's access control (what each user may do; it
 also keeps the password table, which the management API's basic
@@ -10,6 +11,12 @@ A reload is all or nothing: if any file is missing or bad, the error is
 logged and every rule in force stays. Clients already connected stay
 connected; what they ask from then on is checked against the new rules
 (a subscription or an open address they already have is kept).
+
+The clients' part of what is loaded (passwords, CURVE clients, access
+rules: L{ClientSecurity}) can also come from elsewhere: a pair's passive
+installs its active's (L{SecurityService.install}), which the active sends
+after each reload it makes (L{SecurityService.reloaded}) and at each
+catch-up (L{malamute_pack.pair.replication}).
 
 SIGHUP arrives in a signal handler, between two bytecodes of whatever the
 reactor was doing; the handler only asks the reactor, through
@@ -23,6 +30,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,12 +43,31 @@ from twisted.logger import Logger
 from malamute_pack.broker.access import AccessControl, AccessFileError, AccessPolicy, load_access
 from malamute_pack.settings import Settings
 from malamute_pack.transport.curve import CurveError, load_client_keys
-from malamute_pack.transport.zap import PasswordFileError, ZapHandler, load_passwords
+from malamute_pack.transport.zap import (
+    KeyAllowList,
+    PasswordFileError,
+    ZapHandler,
+    load_passwords,
+)
 
 _log = Logger()
 
 # What a bad security file raises.
 SecurityFileError = (AccessFileError, PasswordFileError, CurveError)
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """
+    What decides which clients get in, as whom, and what each may do: the
+    PLAIN password table (user to password; None without a PLAIN
+    endpoint), the CURVE clients (public key in Z85 to user; None without a
+    CURVE endpoint) and the access policy. Its repr leaves the passwords out.
+    """
+
+    passwords: Mapping[str, str] | None = field(repr=False)
+    curve_keys: Mapping[bytes, str] | None
+    policy: AccessPolicy
 
 
 class SecurityService(Service):
@@ -47,6 +76,10 @@ class SecurityService(Service):
     again on SIGHUP while it runs.
 
     @ivar reloads: reloads done; C{failed_reloads}: reloads refused.
+    @ivar clients: the clients' security in force (None when no endpoint
+        authenticates clients).
+    @ivar reloaded: told of the clients' security after each successful
+        reload (not of the first load, nor of what L{install} puts in force).
     """
 
     def __init__(
@@ -55,15 +88,24 @@ class SecurityService(Service):
         settings: Settings,
         zap: ZapHandler | None,
         access: AccessControl | None,
+        links: Sequence[tuple[Path, KeyAllowList]] = (),
     ) -> None:
+        """
+        @param links: the keys files of the CURVE links between brokers (the
+            pack's C{--pack-keys}, the pair's C{--pair-key}), each with the
+            allow-list its ZAP domain and its link consult.
+        """
         self._reactor = reactor
         self._settings = settings
         self._zap = zap
         self._access = access
+        self._links = list(links)
         self._previous: Any = None
         self._installed = False
         self.reloads = 0
         self.failed_reloads = 0
+        self.clients: ClientSecurity | None = None
+        self.reloaded: list[Callable[[ClientSecurity], None]] = []
         self.load()
 
     def load(self) -> None:
@@ -85,14 +127,44 @@ class SecurityService(Service):
             if "curve" in used and settings.curve_clients is not None
             else None
         )
+        brokers = [load_client_keys(path) for path, _ in self._links]
+        for (path, _), listed in zip(self._links, brokers, strict=True):
+            if not listed:
+                raise CurveError(f"{path}: no public certificate (*.key) there")
         if self._access is not None:
             self._access.policy = policy
             self._access.passwords = passwords
+            self.clients = ClientSecurity(passwords, keys, policy)
         if self._zap is not None:
             if passwords is not None:
                 self._zap.passwords = passwords
             if keys is not None:
                 self._zap.curve_keys = keys
+        for (_, allowed), listed in zip(self._links, brokers, strict=True):
+            allowed.replace(listed)
+
+    def install(self, state: ClientSecurity) -> bool:
+        """
+        Put C{state} in force for the clients, as a reload of the files
+        would (its passwords and keys replace this broker's unless None),
+        without reading or writing any file: a pair's passive taking its
+        active's. Whether anything was installed (not on a broker whose
+        endpoints authenticate no client).
+        """
+        access, current = self._access, self.clients
+        if access is None or current is None:
+            return False
+        passwords = current.passwords if state.passwords is None else dict(state.passwords)
+        keys = current.curve_keys if state.curve_keys is None else dict(state.curve_keys)
+        access.policy = state.policy
+        access.passwords = passwords
+        if self._zap is not None:
+            if passwords is not None:
+                self._zap.passwords = passwords
+            if keys is not None:
+                self._zap.curve_keys = keys
+        self.clients = ClientSecurity(passwords, keys, state.policy)
+        return True
 
     def reload(self) -> bool:
         """Read every file again (see L{load}); whether the new rules are in force."""
@@ -103,7 +175,16 @@ class SecurityService(Service):
             _log.error("security reload failed, the rules in force stay: {error}", error=e)
             return False
         self.reloads += 1
-        _log.info("security files reloaded: passwords, CURVE clients, access rules")
+        _log.info(
+            "security files reloaded: passwords, CURVE clients, access rules{links}",
+            links="".join(f", {allowed.listed_in}" for _, allowed in self._links),
+        )
+        if self.clients is not None:
+            for listener in self.reloaded:
+                try:
+                    listener(self.clients)
+                except Exception:
+                    _log.failure("a listener of the security reload failed")
         return True
 
     def _signalled(self, signum: int, frame: FrameType | None) -> None:

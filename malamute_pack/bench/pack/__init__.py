@@ -33,9 +33,20 @@ journal (L{malamute_pack.bench.brokerprocess}).
    phase, less the idle rate (beacons, pings) measured over as long just
    before.
 
-Warnings, errors and tracebacks in the brokers' logs are printed (to stderr)
-and kept in the report. C{--json} prints one JSON document instead of the
-tables.
+Each part is measured in an open pack (no C{--pack-keys}) by default; with
+C{--security curve} in a CURVE pack (C{--pack-keys}, C{--pack-secret}, and
+C{ENDPOINT|KEY} for gossip; the keys made per run in the run's directory,
+L{malamute_pack.bench.pack.keys}), and with C{--security open --security
+curve} in both, the order alternating round by round: the two-broker rounds
+in two packs side by side on the same two hosts (no broker restarted
+between them), discovery pack after pack (C{--discovery-rounds} runs of
+each). The report then ends with every figure's medians in either pack and
+their ratio CURVE/open (L{malamute_pack.bench.pack.figures.Comparison}).
+
+Warnings, errors and tracebacks in the brokers' logs are printed (to stderr;
+a line that several brokers logged, once) and kept in the report. C{--json}
+prints one JSON document instead of the tables: the pair's summary rows,
+rounds and discovery runs each with their security, and the comparisons.
 
 The figures of a default run on the project's machine are in L{EPILOG}
 (shown by C{--help}).
@@ -44,6 +55,7 @@ The parts, a module each: L{malamute_pack.bench.pack.command} (the
 options, the report, L{main}), L{malamute_pack.bench.pack.pair} (1),
 L{malamute_pack.bench.pack.discovery} (2), L{malamute_pack.bench.pack.traffic}
 (3), L{malamute_pack.bench.pack.brokers} (the brokers in their namespaces),
+L{malamute_pack.bench.pack.keys} (the CURVE packs' keys),
 L{malamute_pack.bench.pack.roles} (the load roles in theirs),
 L{malamute_pack.bench.pack.logs} (reading the brokers' logs),
 L{malamute_pack.bench.pack.figures} (medians, ratios, tables) and
@@ -66,6 +78,7 @@ from malamute_pack.bench.pack.brokers import (
 )
 from malamute_pack.bench.pack.command import (
     DEFAULT_BROKERS,
+    DEFAULT_DISCOVERY_ROUNDS,
     DEFAULT_DISCOVERY_TIMEOUT,
     DEFAULT_ENTRIES,
     DEFAULT_MESSAGES,
@@ -74,9 +87,11 @@ from malamute_pack.bench.pack.command import (
     DEFAULT_ROUNDS,
     DEFAULT_SUBNET,
     DEFAULT_TRAFFIC_SECS,
+    DISCOVERY_MEDIAN_HEADERS,
     EPILOG,
     PackReport,
     main,
+    measure_discovery,
     parse,
 )
 from malamute_pack.bench.pack.common import (
@@ -84,8 +99,11 @@ from malamute_pack.bench.pack.common import (
     BROKER_TIMEOUT_MS,
     CLIENT_ENDPOINT,
     CROSS_HOST,
+    CURVE,
     DISCOVERIES,
     GOSSIP,
+    OPEN,
+    SECURITIES,
     SERVICE,
     SINGLE_HOST,
     STREAM,
@@ -96,14 +114,19 @@ from malamute_pack.bench.pack.discovery import (
     DISCOVERY_HEADERS,
     DiscoveryResult,
     discover,
+    discovery_comparisons,
     rss_mb,
 )
 from malamute_pack.bench.pack.figures import (
+    COMPARISON_HEADERS,
+    Comparison,
+    comparison_lines,
     median,
     ratio,
     show,
     table,
 )
+from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.logs import (
     DiscoveryWatch,
     LogEvent,
@@ -112,8 +135,11 @@ from malamute_pack.bench.pack.logs import (
     parse_line,
 )
 from malamute_pack.bench.pack.pair import (
+    BEACON_PORTS,
+    MEASURES,
     REMOTE_ROLES,
     PairResult,
+    client_endpoint,
     measure_pair,
 )
 from malamute_pack.bench.pack.roles import (
@@ -140,10 +166,14 @@ from malamute_pack.bench.pack.traffic import (
 __all__ = [
     "ADDRESSES",
     "BEACON",
+    "BEACON_PORTS",
     "BROKER_TIMEOUT_MS",
     "CLIENT_ENDPOINT",
+    "COMPARISON_HEADERS",
     "CROSS_HOST",
+    "CURVE",
     "DEFAULT_BROKERS",
+    "DEFAULT_DISCOVERY_ROUNDS",
     "DEFAULT_DISCOVERY_TIMEOUT",
     "DEFAULT_ENTRIES",
     "DEFAULT_MESSAGES",
@@ -154,17 +184,22 @@ __all__ = [
     "DEFAULT_TRAFFIC_SECS",
     "DISCOVERIES",
     "DISCOVERY_HEADERS",
+    "DISCOVERY_MEDIAN_HEADERS",
     "EPILOG",
     "GOSSIP",
     "GOSSIP_PORT",
+    "MEASURES",
+    "OPEN",
     "POLL",
     "READERS",
     "REMOTE_ROLES",
+    "SECURITIES",
     "SERVICE",
     "SETTLE",
     "SINGLE_HOST",
     "STREAM",
     "TRAFFIC_TAIL",
+    "Comparison",
     "DiscoveryResult",
     "DiscoveryWatch",
     "LogEvent",
@@ -172,13 +207,18 @@ __all__ = [
     "NamespaceContext",
     "NamespaceProcess",
     "PackBenchError",
+    "PackKeys",
     "PackReport",
     "PairResult",
     "TrafficResult",
     "TrafficRow",
+    "client_endpoint",
+    "comparison_lines",
     "discover",
+    "discovery_comparisons",
     "follow",
     "main",
+    "measure_discovery",
     "measure_pair",
     "measure_traffic",
     "median",

@@ -1,14 +1,17 @@
 """
 The pack benchmark's brokers, each in its host's network namespace: their
-C{twistd malamute} pack arguments (L{pack_arguments}), many started at once
-(L{BrokerProcess.launch}), all stopped and checked (L{stop_all}, L{running}), and their
-logs followed (L{follow}, L{notable_lines}).
+C{twistd malamute} pack arguments (L{pack_arguments}: an open pack, or a
+CURVE one with the keys of L{malamute_pack.bench.pack.keys}), many started
+at once (L{BrokerProcess.launch}), all stopped and checked (L{stop_all},
+L{running}), and their logs followed (L{follow}) and their warnings
+gathered (L{notable_lines}: the same line from several brokers once).
 
 Tests: ``tests/test_bench_pack.py``.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -18,6 +21,7 @@ from contextlib import contextmanager, suppress
 from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
 from malamute_pack.bench.netns import Host
 from malamute_pack.bench.pack.common import BEACON, PackBenchError
+from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.logs import DiscoveryWatch, LogFollower, notable
 
 GOSSIP_PORT = 5680
@@ -25,19 +29,47 @@ GOSSIP_PORT = 5680
 POLL = 0.01
 
 
-def pack_arguments(mode: str, pack: str, host: Host, first: Host) -> list[str]:
+def pack_arguments(
+    mode: str,
+    pack: str,
+    host: Host,
+    first: Host,
+    keys: PackKeys | None = None,
+    beacon_port: int | None = None,
+) -> list[str]:
     """
     The C{twistd malamute} arguments of the broker on C{host} in a pack
-    found by C{mode}: beacons on C{eth0}, or gossip served by C{first}'s
-    broker (bound on its address, port L{GOSSIP_PORT}) that the others
-    connect to, each with its peer endpoint on its host's address.
+    found by C{mode}: beacons on C{eth0} (on C{beacon_port}, if not the
+    default), or gossip served by C{first}'s broker (bound on its address,
+    port L{GOSSIP_PORT}) that the others connect to, each with its peer
+    endpoint on its host's address.
+
+    With C{keys} the pack is CURVE: every broker is given the pack-keys
+    directory (C{--pack-keys}) and its host's secret certificate
+    (C{--pack-secret}), and a gossip client the server's public key after
+    its endpoint (C{ENDPOINT|KEY}).
     """
     arguments = ["--pack", pack, "--broker-name", host.name]
     if mode == BEACON:
-        return [*arguments, "--beacon", host.interface]
-    gossip = f"tcp://{first.address}:{GOSSIP_PORT}"
-    discovery = ["--gossip-bind" if host is first else "--gossip-connect", gossip]
-    return [*arguments, *discovery, "--peer-endpoint", f"tcp://{host.address}:*"]
+        arguments += ["--beacon", host.interface]
+        if beacon_port is not None:
+            arguments += ["--beacon-port", str(beacon_port)]
+    else:
+        gossip = f"tcp://{first.address}:{GOSSIP_PORT}"
+        if host is first:
+            arguments += ["--gossip-bind", gossip]
+        else:
+            server = gossip if keys is None else f"{gossip}|{keys.public[first.name]}"
+            arguments += ["--gossip-connect", server]
+        arguments += ["--peer-endpoint", f"tcp://{host.address}:*"]
+    if keys is not None:
+        arguments += [
+            "--pack-keys",
+            str(keys.directory),
+            "--pack-secret",
+            str(keys.secrets[host.name]),
+        ]
+    return arguments
 
 
 def stop_all(brokers: Sequence[BrokerProcess], timeout: float = 60.0) -> None:
@@ -75,14 +107,30 @@ def running(brokers: Sequence[BrokerProcess]) -> Iterator[None]:
     stop_all(brokers)
 
 
+# The time stamp a log line starts with.
+_STAMP = re.compile(r"^\S+T\S+ ")
+
+
 def notable_lines(brokers: Mapping[str, BrokerProcess]) -> list[str]:
-    """The warnings, errors and tracebacks each broker logged, as C{NAME: LINE}."""
-    return [
-        f"{name}: {line}"
-        for name, broker in brokers.items()
-        for line in broker.run_log().splitlines()
-        if notable(line)
-    ]
+    """
+    The warnings, errors and tracebacks the brokers logged, their time
+    stamps taken off, in the order first logged: C{NAME: LINE}, or
+    C{NAME and K others: LINE} for a line that K + 1 brokers logged (an
+    open pack's warning, logged by each of its brokers).
+    """
+    seen: dict[str, list[str]] = {}
+    for name, broker in brokers.items():
+        for line in broker.run_log().splitlines():
+            if notable(line):
+                names = seen.setdefault(_STAMP.sub("", line), [])
+                if name not in names:
+                    names.append(name)
+    lines = []
+    for line, names in seen.items():
+        others = len(names) - 1
+        who = names[0] if not others else f"{names[0]} and {others} other{'s' * (others > 1)}"
+        lines.append(f"{who}: {line}")
+    return lines
 
 
 def follow(

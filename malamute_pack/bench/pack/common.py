@@ -1,8 +1,8 @@
 """
 What every part of the pack benchmark (L{malamute_pack.bench.pack}) shares:
 the endpoint and heartbeat timeout of its brokers, the names of the
-discovery modes, placements and scenarios, L{PackBenchError}, and
-L{progress} for what it says as it goes.
+discovery modes, securities (an open pack, a CURVE one), placements and
+scenarios, L{PackBenchError}, and L{progress} for what it says as it goes.
 
 Tests: ``tests/test_bench_pack.py``.
 """
@@ -20,6 +20,9 @@ BROKER_TIMEOUT_MS = 600_000
 
 BEACON, GOSSIP = "beacon", "gossip"
 DISCOVERIES = (BEACON, GOSSIP)
+# An open pack (no --pack-keys), a CURVE pack (--pack-keys, --pack-secret).
+OPEN, CURVE = "open", "curve"
+SECURITIES = (OPEN, CURVE)
 CROSS_HOST, SINGLE_HOST = "cross_host", "single_host"
 STREAM, SERVICE = "stream_1to1", "service_rr"
 

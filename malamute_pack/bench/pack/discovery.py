@@ -1,9 +1,11 @@
 """
 The pack benchmark's second part: N brokers started at once in a pack
-found by beacons or gossip, timed from their logs until every one has
-logged every other joined (L{discover}), with their memory and, at the
+found by beacons or gossip, open or CURVE (the keys of
+L{malamute_pack.bench.pack.keys}), timed from their logs until every one
+has logged every other joined (L{discover}), with their memory and, at the
 largest N, the traffic figures (L{malamute_pack.bench.pack.traffic});
-L{DiscoveryResult} holds one run and makes its table row.
+L{DiscoveryResult} holds one run and makes its table row, and
+L{discovery_comparisons} the medians of many runs open and CURVE.
 
 Tests: ``tests/test_bench_pack.py``.
 """
@@ -13,14 +15,22 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.bench.netns import Lan
 from malamute_pack.bench.pack.brokers import follow, notable_lines, pack_arguments, running
-from malamute_pack.bench.pack.common import BROKER_TIMEOUT_MS, CLIENT_ENDPOINT, PackBenchError
-from malamute_pack.bench.pack.figures import median, show
+from malamute_pack.bench.pack.common import (
+    BROKER_TIMEOUT_MS,
+    CLIENT_ENDPOINT,
+    CURVE,
+    OPEN,
+    PackBenchError,
+)
+from malamute_pack.bench.pack.figures import Comparison, median, show
+from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.logs import DiscoveryWatch
 from malamute_pack.bench.pack.traffic import TrafficResult, measure_traffic
 
@@ -28,6 +38,8 @@ from malamute_pack.bench.pack.traffic import TrafficResult, measure_traffic
 @dataclass
 class DiscoveryResult:
     mode: str
+    security: str
+    round: int
     brokers: int
     start_secs: float | None
     discovery_secs: float | None
@@ -46,6 +58,8 @@ class DiscoveryResult:
     def row(self) -> list[str]:
         return [
             self.mode,
+            self.security,
+            show(self.round),
             show(self.brokers),
             show(self.start_secs, 2),
             show(self.discovery_secs, 3),
@@ -58,6 +72,8 @@ class DiscoveryResult:
 
 DISCOVERY_HEADERS = [
     "discovery",
+    "security",
+    "round",
     "brokers",
     "start_s",
     "discovery_s",
@@ -79,18 +95,29 @@ def rss_mb(pid: int) -> float | None:
 
 
 def discover(
-    options: argparse.Namespace, lan: Lan, mode: str, n: int, directory: Path, traffic: bool
+    options: argparse.Namespace,
+    lan: Lan,
+    mode: str,
+    n: int,
+    directory: Path,
+    traffic: bool,
+    keys: PackKeys | None = None,
+    number: int = 1,
 ) -> DiscoveryResult:
-    """Start C{n} brokers at once in a pack found by C{mode}; time their discovery."""
+    """
+    Start C{n} brokers at once in a pack found by C{mode}, CURVE with
+    C{keys} (else open); time their discovery. C{number} is the round's.
+    """
     hosts = lan.hosts[:n]
-    pack = f"bench-{mode}-{n}"
+    security = OPEN if keys is None else CURVE
+    pack = f"bench-{mode}-{n}-{security}"
     brokers = {
         host.name: BrokerProcess(
-            directory / f"{mode}-{n}" / host.name,
+            directory / f"{mode}-{n}-{security}-{number}" / host.name,
             bind=CLIENT_ENDPOINT,
             netns=host.name,
             timeout_ms=BROKER_TIMEOUT_MS,
-            args=pack_arguments(mode, pack, host, hosts[0]),
+            args=pack_arguments(mode, pack, host, hosts[0], keys),
         )
         for host in hosts
     }
@@ -102,11 +129,13 @@ def discover(
         follow(brokers, watch, lambda: watch.complete, options.discovery_timeout)
         if watch.all_reachable is None:
             slow = sorted(set(brokers) - set(watch.reachable))
-            raise PackBenchError(f"{mode} n={n}: brokers never reachable: {slow}")
+            raise PackBenchError(f"{mode} {security} n={n}: brokers never reachable: {slow}")
         sizes = [rss_mb(b.pid) for b in brokers.values()]
         known = [s for s in sizes if s is not None]
         result = DiscoveryResult(
             mode,
+            security,
+            number,
             n,
             watch.all_reachable - launched,
             watch.discovery_secs(),
@@ -117,6 +146,36 @@ def discover(
             max(known) if known else None,
         )
         if traffic and watch.complete:
-            result.traffic = measure_traffic(options, mode, hosts, brokers)
+            result.traffic = measure_traffic(options, mode, hosts, brokers, security)
         result.notable = notable_lines(brokers)
     return result
+
+
+def discovery_comparisons(results: Sequence[DiscoveryResult]) -> list[Comparison]:
+    """
+    Per discovery mode and pack size, in the order first run: discovery_s
+    and formed_s in the open and the CURVE packs (the runs that completed),
+    then the traffic figures (the median broker's) of the runs that have
+    them.
+    """
+    comparisons = []
+    cases = dict.fromkeys((r.mode, r.brokers) for r in results)
+    for mode, n in cases:
+        runs = [r for r in results if (r.mode, r.brokers) == (mode, n)]
+        for figure, label in (("discovery_secs", "discovery_s"), ("formation_secs", "formed_s")):
+            values = {
+                security: [
+                    value
+                    for value in (getattr(r, figure) for r in runs if r.security == security)
+                    if value is not None
+                ]
+                for security in (OPEN, CURVE)
+            }
+            comparisons.append(Comparison(label, f"{mode} n={n}", values[OPEN], values[CURVE], 3))
+        traffic = {r.security: r.traffic.figures() for r in runs if r.traffic is not None}
+        if OPEN in traffic and CURVE in traffic:
+            comparisons += [
+                Comparison(label, f"{mode} n={n}", [value], [traffic[CURVE][label]])
+                for label, value in traffic[OPEN].items()
+            ]
+    return comparisons

@@ -1,6 +1,8 @@
 """
 The pack benchmark's figures and tables, pure functions: medians and
-ratios that may be missing, table cells and text tables.
+ratios that may be missing, table cells and text tables, and a figure
+measured in an open and a CURVE pack (L{Comparison}: their medians and the
+ratio CURVE/open) with the table of them (L{comparison_lines}).
 
 Tests: ``tests/test_bench_pack.py``.
 """
@@ -9,6 +11,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from malamute_pack.bench.pack.common import CURVE, OPEN
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -46,3 +52,55 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
         return "  ".join(parts).rstrip()
 
     return [line(headers), *(line(row) for row in rows)]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """
+    One figure measured in an open pack and in a CURVE pack, every round's
+    value of each: L{row} shows their medians and the ratio CURVE/open.
+
+    @ivar measure: what is measured (C{stream_1to1 msgs/s}, C{discovery_s}).
+    @ivar case: where (C{cross_host}; C{beacon n=16}).
+    @ivar digits: the decimals its medians show with.
+    """
+
+    measure: str
+    case: str
+    open: Sequence[float]
+    curve: Sequence[float]
+    digits: int = 0
+
+    @property
+    def ratio(self) -> float | None:
+        """The CURVE median over the open one (None if either is missing or 0)."""
+        return ratio(median(self.curve), median(self.open))
+
+    def row(self) -> list[str]:
+        return [
+            self.measure,
+            self.case,
+            show(median(self.open), self.digits),
+            show(median(self.curve), self.digits),
+            show(self.ratio, 2),
+            f"{len(self.open)}/{len(self.curve)}",
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "measure": self.measure,
+            "case": self.case,
+            OPEN: median(self.open),
+            CURVE: median(self.curve),
+            "ratio": self.ratio,
+            f"{OPEN}_values": list(self.open),
+            f"{CURVE}_values": list(self.curve),
+        }
+
+
+COMPARISON_HEADERS = ["measure", "case", OPEN, CURVE, f"{CURVE}/{OPEN}", "samples"]
+
+
+def comparison_lines(comparisons: Sequence[Comparison]) -> list[str]:
+    """The comparisons as a table: medians open and CURVE, the ratio, how many values each."""
+    return table(COMPARISON_HEADERS, [c.row() for c in comparisons])

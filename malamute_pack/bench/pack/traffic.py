@@ -5,7 +5,8 @@ clients with addresses (the directory), then has each read a (stream,
 pattern) of its own (the interests) (L{measure_traffic}). A host's figure
 is its C{eth0} tx counters (L{tx_counters}, from C{/proc/PID/net/dev} of
 its broker) over the phase, less the idle rate measured just before;
-L{TrafficResult} holds them and makes their table.
+L{TrafficResult} holds them for one pack (open or CURVE) and makes their
+table and the median broker's figures.
 
 Tests: ``tests/test_bench_pack.py``.
 """
@@ -27,7 +28,7 @@ import zmq
 
 from malamute_pack.bench.brokerprocess import BrokerProcess, checkout_environment, python_command
 from malamute_pack.bench.netns import Host
-from malamute_pack.bench.pack.common import CLIENT_ENDPOINT, PackBenchError
+from malamute_pack.bench.pack.common import CLIENT_ENDPOINT, OPEN, PackBenchError
 from malamute_pack.bench.pack.figures import show, table
 from malamute_pack.protocol import mlm
 
@@ -53,6 +54,7 @@ class TrafficResult:
     brokers: int
     entries: int
     window_secs: float
+    security: str = OPEN
     rows: list[TrafficRow] = field(default_factory=list)
 
     def per_entry(self, value: float) -> float:
@@ -91,21 +93,38 @@ class TrafficResult:
             ]
 
         rows = [cells(r.host, r) for r in self.rows]
-        if self.rows:
-
-            def mid(attribute: str) -> float:
-                return float(statistics.median(getattr(r, attribute) for r in self.rows))
-
-            middle = TrafficRow(
-                "median",
-                mid("idle_bytes_per_s"),
-                mid("directory_bytes"),
-                mid("directory_packets"),
-                mid("interest_bytes"),
-                mid("interest_packets"),
-            )
+        middle = self.median_row()
+        if middle is not None:
             rows.append(cells("median", middle))
         return table(headers, rows)
+
+    def figures(self) -> dict[str, float]:
+        """The median broker's idle B/s, and B per entry for the directory and the interests."""
+        middle = self.median_row()
+        if middle is None:
+            return {}
+        return {
+            "idle B/s": middle.idle_bytes_per_s,
+            "directory B/entry": self.per_entry(middle.directory_bytes),
+            "interest B/entry": self.per_entry(middle.interest_bytes),
+        }
+
+    def median_row(self) -> TrafficRow | None:
+        """Each figure's median over the hosts (None without hosts)."""
+        if not self.rows:
+            return None
+
+        def mid(attribute: str) -> float:
+            return float(statistics.median(getattr(r, attribute) for r in self.rows))
+
+        return TrafficRow(
+            "median",
+            mid("idle_bytes_per_s"),
+            mid("directory_bytes"),
+            mid("directory_packets"),
+            mid("interest_bytes"),
+            mid("interest_packets"),
+        )
 
 
 def parse_net_dev(text: str, interface: str) -> tuple[int, int]:
@@ -192,9 +211,13 @@ def measure_traffic(
     mode: str,
     hosts: Sequence[Host],
     brokers: Mapping[str, BrokerProcess],
+    security: str = OPEN,
 ) -> TrafficResult:
-    """What each broker sends its peers for its clients' addresses, then their readers."""
-    result = TrafficResult(mode, len(hosts), options.entries, options.traffic_secs)
+    """
+    What each broker of a C{security} pack sends its peers for its
+    clients' addresses, then their readers.
+    """
+    result = TrafficResult(mode, len(hosts), options.entries, options.traffic_secs, security)
     interface = hosts[0].interface
     clients = {
         host.name: subprocess.Popen(

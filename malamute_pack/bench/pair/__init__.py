@@ -8,7 +8,9 @@ fresh abstract ipc names.
    durable letters, stream messages and idempotently appended stream
    records per second, against a single broker with its journal, a pair
    replicating sync and one replicating async, in rounds; the medians and
-   their ratios to the single broker.
+   their ratios to the single broker. With C{--curve}: a sync pair with
+   a CURVE pair link (C{--pair-key}) against one with an open link,
+   alternating, their medians and the ratio (goal 0.9 or more).
 2. Fail-over (L{malamute_pack.bench.pair.failover}): a client that knows
    both endpoints sends acknowledged letters while the active is killed
    again and again (each time restarted to rejoin as passive): each
@@ -29,6 +31,8 @@ from __future__ import annotations
 from malamute_pack.bench.pair.brokers import (
     ASYNC,
     BACKUP,
+    CURVE,
+    CURVE_MODES,
     MODES,
     PRIMARY,
     SINGLE,
@@ -57,6 +61,8 @@ from malamute_pack.bench.pair.throughput import (
 __all__ = [
     "ASYNC",
     "BACKUP",
+    "CURVE",
+    "CURVE_MODES",
     "MEASURES",
     "MODES",
     "PRIMARY",

@@ -3,6 +3,10 @@ The brokers of the pair benchmark (L{malamute_pack.bench.pair}): one setup
 is a single broker with its journal or a primary/backup pair
 (L{SetupBrokers}), each broker a real ``twistd malamute`` process
 (L{BrokerProcess}) with its client endpoint on C{tcp://127.0.0.1:*}.
+A L{CURVE} setup is a sync pair whose link is CURVE (C{--pair-key}): each
+broker's key pair is made in its data directory before it starts (where a
+broker makes it on its first start), and each is given the other's public
+certificate.
 
 The pair link needs each broker to know its partner's endpoint before
 either starts, so it cannot bind a C{*} port; it uses two abstract ipc
@@ -26,10 +30,14 @@ import time
 from pathlib import Path
 
 from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerError, BrokerProcess, Started
+from malamute_pack.transport.curve import server_secret
 
 SINGLE, SYNC, ASYNC = "single", "sync", "async"
 # The setups measured, in the order each round plays them.
 MODES = (SINGLE, SYNC, ASYNC)
+# A sync pair with a CURVE link (--pair-key), measured against SYNC (--curve).
+CURVE = "curve"
+CURVE_MODES = (SYNC, CURVE)
 PRIMARY, BACKUP = "primary", "backup"
 
 # The brokers' heartbeat timeout for clients: no load process of a run is
@@ -89,8 +97,9 @@ def wait_count(broker: BrokerProcess, text: str, count: int, timeout: float) -> 
 class SetupBrokers(Started):
     """
     The broker(s) of one setup: L{SINGLE}, or a pair replicating L{SYNC}
-    or L{ASYNC}. A context manager: started on entry, stopped (cleanly,
-    checked) on exit, killed if the block raised.
+    or L{ASYNC}, or L{CURVE} (a sync pair with a CURVE link). A context
+    manager: started on entry, stopped (cleanly, checked) on exit, killed
+    if the block raised.
 
     @ivar mode: which setup it is.
     @ivar brokers: its brokers by name (C{single}, or C{primary} and C{backup}).
@@ -98,8 +107,8 @@ class SetupBrokers(Started):
     """
 
     def __init__(self, directory: Path, mode: str, heartbeat_ms: int | None = None) -> None:
-        if mode not in MODES:
-            raise ValueError(f"no setup {mode!r}: want one of {', '.join(MODES)}")
+        if mode not in (*MODES, CURVE):
+            raise ValueError(f"no setup {mode!r}: want one of {', '.join((*MODES, CURVE))}")
         self.mode = mode
         self.brokers: dict[str, BrokerProcess] = {}
         if mode == SINGLE:
@@ -109,14 +118,21 @@ class SetupBrokers(Started):
             self.active = SINGLE
             return
         ends = dict(zip((PRIMARY, BACKUP), link_endpoints(), strict=True))
+        replication = SYNC if mode == CURVE else mode
         for role, partner in ((PRIMARY, BACKUP), (BACKUP, PRIMARY)):
             self.brokers[role] = BrokerProcess(
                 directory / role,
                 bind=ANY_TCP_PORT,
                 timeout_ms=BROKER_TIMEOUT_MS,
                 ready=STARTED,
-                args=pair_arguments(role, ends[role], ends[partner], mode, heartbeat_ms),
+                args=pair_arguments(role, ends[role], ends[partner], replication, heartbeat_ms),
             )
+        if mode == CURVE:
+            # Each broker's key pair where it would make its own, made now:
+            # each needs the other's public certificate to start.
+            public = {role: server_secret(b.data_dir)[1] for role, b in self.brokers.items()}
+            for role, broker in self.brokers.items():
+                broker.args = (*broker.args, "--pair-key", str(public[self.partner(role)]))
         self.active = PRIMARY
 
     @property

@@ -9,6 +9,9 @@ lines of C{name=value} figures:
 - C{pair_throughput measure=S single_per_s=... sync_per_s=...
   async_per_s=... sync_ratio=... async_ratio=... lost=...}: per measure,
   the medians over the rounds and their ratios to the single broker;
+- with C{--curve}, instead: C{pair_run round=R mode=sync|curve ...} (a
+  sync pair with an open link, and one with a CURVE link) and C{pair_curve
+  measure=S open_per_s=... curve_per_s=... curve_ratio=... lost=...};
 - C{pair_failover kill=K killed=primary|backup failover_s=...
   kill_to_ack_s=... rejoin_s=...}: one kill;
 - C{pair_failover_summary kills=... median_s=... max_s=... acked=...
@@ -57,7 +60,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=DEFAULT_ROUNDS,
         metavar="R",
-        help=f"throughput rounds of single, sync, async (default {DEFAULT_ROUNDS}; medians)",
+        help=f"throughput rounds of single, sync, async, or of the open and CURVE links with"
+        f" --curve (default {DEFAULT_ROUNDS}; medians)",
+    )
+    parser.add_argument(
+        "--curve",
+        action="store_true",
+        help="throughput: a sync pair with a CURVE link (--pair-key) against one with an open "
+        "link, alternating, instead of single, sync and async",
     )
     parser.add_argument(
         "--measure",
@@ -174,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     context,
                     options.pair_heartbeat,
                     say,
+                    curve=options.curve,
                 )
                 for line in throughput.lines():
                     say(line)

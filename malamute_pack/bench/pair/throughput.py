@@ -23,6 +23,12 @@ Measures (L{MEASURES}), each a line of figures per round and setup:
 L{ThroughputResult} keeps every line and makes the summary: per measure,
 the median of each setup and its ratio to the single broker.
 
+With C{curve} (C{--curve}), the setups are instead a sync pair with an
+open link and one with a CURVE link (C{--pair-key}; C{mode=curve}), each
+round playing them in turn, the open one first in odd rounds and the
+CURVE one first in even rounds; the summary is the CURVE pair's median
+against the open one's (C{pair_curve} lines, goal: a ratio of 0.9 or more).
+
 Tests: ``tests/test_bench_pair.py``.
 """
 
@@ -36,7 +42,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 
 from malamute_pack.bench import load, scenarios
-from malamute_pack.bench.pair.brokers import MODES, SINGLE, SetupBrokers
+from malamute_pack.bench.pair.brokers import CURVE_MODES, MODES, SINGLE, SYNC, SetupBrokers
 from malamute_pack.client.bulk import BulkClient
 
 MAILBOX, STREAM, APPEND = "mailbox_durable", "stream_1to1", "stream_append"
@@ -96,9 +102,26 @@ def play(
 
 @dataclass
 class ThroughputResult:
-    """Every run's figures (with its C{round} and C{mode}) and their summary."""
+    """
+    Every run's figures (with its C{round} and C{mode}) and their summary.
+
+    @ivar modes: the setups compared, in order.
+    @ivar base: the setup the others' ratios are to.
+    @ivar kind: the first word of the summary's lines.
+    @ivar labels: the names a setup's figures take in the summary, when
+        not its mode's (the open link's sync pair is C{open} beside C{curve}).
+    """
 
     runs: list[dict[str, str]] = field(default_factory=list)
+    modes: tuple[str, ...] = MODES
+    base: str = SINGLE
+    kind: str = "pair_throughput"
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def curve(cls) -> ThroughputResult:
+        """The result of a CURVE comparison: a CURVE link's sync pair against an open one's."""
+        return cls(modes=CURVE_MODES, base=SYNC, kind="pair_curve", labels={SYNC: "open"})
 
     def values(self, measure: str, mode: str) -> list[float]:
         return [
@@ -108,31 +131,37 @@ class ThroughputResult:
         ]
 
     def summary(self) -> list[dict[str, str]]:
-        """Per measure played: each setup's median msgs_per_s, its ratio to single, and losses."""
+        """
+        Per measure played: each setup's median msgs_per_s, its ratio to
+        the base setup's (the single broker's), and losses.
+        """
         rows = []
         for measure in MEASURES:
             medians = {
                 mode: statistics.median(values)
-                for mode in MODES
+                for mode in self.modes
                 if (values := self.values(measure, mode))
             }
             if not medians:
                 continue
             row = {"measure": measure}
-            single = medians.get(SINGLE)
+            base = medians.get(self.base)
             for mode, value in medians.items():
-                row[f"{mode}_per_s"] = f"{value:.0f}"
+                row[f"{self.labels.get(mode, mode)}_per_s"] = f"{value:.0f}"
             for mode, value in medians.items():
-                if mode != SINGLE:
-                    row[f"{mode}_ratio"] = f"{value / single:.2f}" if single else "-"
+                if mode != self.base:
+                    row[f"{mode}_ratio"] = f"{value / base:.2f}" if base else "-"
             lost = sum(int(r["lost"]) for r in self.runs if r["scenario"] == measure)
             row["lost"] = str(lost)
             rows.append(row)
         return rows
 
     def lines(self) -> list[str]:
-        """C{pair_throughput measure=... single_per_s=... sync_ratio=...} lines."""
-        return ["pair_throughput " + _pairs(row) for row in self.summary()]
+        """
+        C{pair_throughput measure=... single_per_s=... sync_ratio=...} lines
+        (C{pair_curve measure=... open_per_s=... curve_per_s=... curve_ratio=...}).
+        """
+        return [f"{self.kind} " + _pairs(row) for row in self.summary()]
 
 
 def _pairs(figures: Mapping[str, str]) -> str:
@@ -152,20 +181,25 @@ def measure_throughput(
     context: BaseContext,
     heartbeat_ms: int | None = None,
     report: Callable[[str], None] = print,
+    curve: bool = False,
 ) -> ThroughputResult:
     """
-    Start the three setups under C{directory}, play C{measures} on each in
-    turn for C{rounds} rounds, stop them (checked); C{report} gets each run's line.
+    Start the setups under C{directory} (single, sync, async), play
+    C{measures} on each in turn for C{rounds} rounds, stop them (checked);
+    C{report} gets each run's line.
+
+    @param curve: compare a sync pair with a CURVE link and one with an open
+        link instead (see the module): in even rounds the CURVE one plays first.
     """
-    result = ThroughputResult()
-    setups = [SetupBrokers(directory / mode, mode, heartbeat_ms) for mode in MODES]
+    result = ThroughputResult.curve() if curve else ThroughputResult()
+    setups = [SetupBrokers(directory / mode, mode, heartbeat_ms) for mode in result.modes]
     started: list[SetupBrokers] = []
     try:
         for setup in setups:
             started.append(setup)  # a pair half started is killed too
             setup.start()
         for number in range(1, rounds + 1):
-            for setup in setups:
+            for setup in setups[::-1] if curve and number % 2 == 0 else setups:
                 for measure in measures:
                     key = f"r{number}-{setup.mode}"
                     figures = play(measure, setup.active_endpoint, counts, context, key)
