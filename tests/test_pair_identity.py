@@ -28,7 +28,7 @@ from malamute_pack.protocol import mlm
 from malamute_pack.tap import BrokerService
 from malamute_pack.transport.security import SecurityService
 from tests.e2e_support import Peer, ipc_endpoint, settle, until
-from tests.test_pair_service import Member
+from tests.test_pair_service import Member, pair_of
 
 PASSWORDS = "alice = wonderland\nbob = builder\n"
 RULES = "alice write: prices\nbob write: prices\n"
@@ -84,10 +84,7 @@ class PairIdentityTests(TestCase):
         # The clients' context; each broker gets one of its own (started).
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.addCleanup(self.context.term)
-        link_a, link_b = ipc_endpoint(), ipc_endpoint()
-        base = Path(self.mktemp())
-        self.primary = SecureMember(self, "primary", link_a, link_b, base / "a")
-        self.backup = SecureMember(self, "backup", link_b, link_a, base / "b")
+        self.primary, self.backup = pair_of(self, SecureMember)
 
     async def started(self) -> None:
         for member in (self.primary, self.backup):

@@ -12,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 from twisted.application.service import MultiService
@@ -120,16 +121,50 @@ def journal_threads() -> set[threading.Thread]:
     }
 
 
+M = TypeVar("M", bound=Member)
+
+
+def pair_of(case: TestCase, kind: type[M]) -> tuple[M, M]:
+    """A primary and a backup of kind C{kind}, their links on fresh ipc names."""
+    link_a, link_b = ipc_endpoint(), ipc_endpoint()
+    base = Path(case.mktemp())
+    return (
+        kind(case, "primary", link_a, link_b, base / "a"),
+        kind(case, "backup", link_b, link_a, base / "b"),
+    )
+
+
+async def stored_letter_fails_over(
+    case: TestCase, primary: Member, backup: Member, peer: Callable[[Member], Peer]
+) -> tuple[mlm.Stored, Peer]:
+    """
+    A letter C{primary} acknowledged (STORED 200) is delivered, with its id,
+    by C{backup} once C{primary} is stopped and a client turns to C{backup}
+    (its OPEN answered OK once it took over); the STORED, and that client.
+    """
+    sender = peer(primary)
+    await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
+    sender.send(mlm.MailboxSend("box", "hello", "", 0, [b"body"]))
+    stored = await sender.next()
+    assert isinstance(stored, mlm.Stored)
+    case.assertEqual(stored.status_code, mlm.SUCCESS)
+    await primary.stop()
+    await settle(0.3)  # the partner's expiry: 2 heartbeats of 100 ms
+    receiver = peer(backup)
+    case.assertEqual(await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok())
+    record = await receiver.next()
+    assert isinstance(record, mlm.MailboxRecord)
+    case.assertEqual((record.id, record.content), (stored.id, [b"body"]))
+    return stored, receiver
+
+
 class PairServiceTests(TestCase):
     """Two brokers of a pair in one process."""
 
     def setUp(self) -> None:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.addCleanup(self.context.term)
-        link_a, link_b = ipc_endpoint(), ipc_endpoint()
-        base = Path(self.mktemp())
-        self.primary = Member(self, "primary", link_a, link_b, base / "a")
-        self.backup = Member(self, "backup", link_b, link_a, base / "b")
+        self.primary, self.backup = pair_of(self, Member)
 
     def peer(self, member: Member) -> Peer:
         peer = Peer(self.context, member.endpoint)
@@ -190,21 +225,9 @@ class PairServiceTests(TestCase):
         answered OK; ids continue without reuse.
         """
         await self.started()
-        sender = self.peer(self.primary)
-        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
-        sender.send(mlm.MailboxSend("box", "hello", "", 0, [b"body"]))
-        stored = await sender.next()
-        assert isinstance(stored, mlm.Stored)
-        self.assertEqual(stored.status_code, mlm.SUCCESS)
-        await self.primary.stop()
-        await settle(0.3)  # the partner's expiry: 2 heartbeats of 100 ms
-        receiver = self.peer(self.backup)
-        self.assertEqual(
-            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
+        stored, receiver = await stored_letter_fails_over(
+            self, self.primary, self.backup, self.peer
         )
-        record = await receiver.next()
-        assert isinstance(record, mlm.MailboxRecord)
-        self.assertEqual((record.id, record.content), (stored.id, [b"body"]))
         self.assertIs(self.backup.pair.machine.state, State.ACTIVE)
         self.assertEqual(self.backup.pair.takeovers, 1)
         receiver.send(mlm.MailboxSend("other", "next", "", 0, [b""]))
@@ -448,21 +471,7 @@ class CurvePairServiceTests(TestCase):
         operations = self.primary.service.getServiceNamed("operations")  # type: ignore[union-attr]
         assert isinstance(operations, OperationsService)
         self.assertEqual(operations.statistics.pair_status()["link"]["security"], "curve")
-        sender = self.peer(self.primary)
-        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
-        sender.send(mlm.MailboxSend("box", "hello", "", 0, [b"body"]))
-        stored = await sender.next()
-        assert isinstance(stored, mlm.Stored)
-        self.assertEqual(stored.status_code, mlm.SUCCESS)
-        await self.primary.stop()
-        await settle(0.3)
-        receiver = self.peer(self.backup)
-        self.assertEqual(
-            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
-        )
-        record = await receiver.next()
-        assert isinstance(record, mlm.MailboxRecord)
-        self.assertEqual((record.id, record.content), (stored.id, [b"body"]))
+        _, _ = await stored_letter_fails_over(self, self.primary, self.backup, self.peer)
 
     async def test_wrongPartnerKeyFormsNoPair(self) -> None:
         """

@@ -46,7 +46,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -112,22 +112,29 @@ def _insert_all(conn: sqlite3.Connection, single: str, rows: Sequence[tuple[Any,
         size //= 2
 
 
-def _in_savepoint(conn: sqlite3.Connection, sql: str, *rows: tuple[Any, ...]) -> None:
+@contextlib.contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     """
-    Run C{sql} once per row, all or nothing: inside a savepoint, rolled
-    back if it raises (the caller's transaction goes on).
+    What the block writes, all or nothing: inside a savepoint, rolled back
+    if the block raises (the caller's transaction goes on).
     """
     conn.execute("SAVEPOINT record")
     try:
-        if len(rows) == 1:
-            conn.execute(sql, rows[0])
-        else:
-            conn.executemany(sql, rows)
+        yield
     except BaseException:
         conn.execute("ROLLBACK TO record")
         conn.execute("RELEASE record")
         raise
     conn.execute("RELEASE record")
+
+
+def _in_savepoint(conn: sqlite3.Connection, sql: str, *rows: tuple[Any, ...]) -> None:
+    """Run C{sql} once per row, all or nothing (L{_savepoint})."""
+    with _savepoint(conn):
+        if len(rows) == 1:
+            conn.execute(sql, rows[0])
+        else:
+            conn.executemany(sql, rows)
 
 
 def _insert_isolated(
@@ -735,20 +742,16 @@ class JournalWriter:
         refused = list(p.refused)
         appended: list[DurableCallback] = []
         for append in p.appends:
-            # All of an append or none of it.
-            conn.execute("SAVEPOINT append")
             try:
-                _write_append(conn, append)
+                with _savepoint(conn):  # all of an append or none of it
+                    _write_append(conn, append)
             except Exception as exc:
-                conn.execute("ROLLBACK TO append")
-                conn.execute("RELEASE append")
                 if storage_failure(exc):
                     raise
                 stream, key = append.key[:2]
                 what = f"stream {stream!r} append {key!r}"
                 refused.append((append.on_durable, JournalError.refused(exc, self._path, what)))
                 continue
-            conn.execute("RELEASE append")
             appended.append(append.on_durable)
             counts = written_stats.setdefault(append.key[0], [0, 0])
             counts[0] += len(append.rows)
@@ -776,19 +779,16 @@ class JournalWriter:
                 )
         deleted: list[DurableCallback] = []
         for delete in p.deletes:
-            conn.execute("SAVEPOINT record")
             try:
-                _delete_records(conn, delete)
+                with _savepoint(conn):
+                    _delete_records(conn, delete)
             except Exception as exc:
-                conn.execute("ROLLBACK TO record")
-                conn.execute("RELEASE record")
                 if storage_failure(exc):
                     raise
                 what = f"deleting stream {delete.stream!r}"
                 if delete.on_durable is not None:
                     refused.append((delete.on_durable, JournalError.refused(exc, self._path, what)))
                 continue
-            conn.execute("RELEASE record")
             if delete.on_durable is not None:
                 deleted.append(delete.on_durable)
         self._finish(p)

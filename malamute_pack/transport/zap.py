@@ -197,6 +197,10 @@ class Authenticator(Protocol):
 
     #: What the log and the counters call the domain's clients.
     name: str
+    #: Whether every refusal is logged (rate-limited: a guess each, the
+    #: evidence of a brute force), or each refused key and address once per
+    #: L{BROKER_LOG_INTERVAL} (a stranger broker, trying for as long as it runs).
+    log_each_refusal: bool
 
     def check(self, request: ZapRequest) -> Verdict:
         """Accept (with a user id) or refuse C{request}, at once."""
@@ -210,6 +214,7 @@ class ClientAuthenticator:
     """
 
     name = "client"
+    log_each_refusal = True
 
     def __init__(
         self,
@@ -256,6 +261,7 @@ class KeyAllowList:
         @param listed_in: where the log says the keys are listed (an option).
         """
         self.name = name
+        self.log_each_refusal = False
         self.keys = dict(keys)
         self.listed_in = listed_in
         self.listeners: list[Callable[[set[bytes]], None]] = []
@@ -476,10 +482,8 @@ class ZapHandler(Service):
         address = request.address
         failures = self._failed((address, self._claimed(request)))
         delay = refusal_delay(failures)
-        # A stranger broker retries for as long as it runs: its key and
-        # address are logged once per BROKER_LOG_INTERVAL, a client's
-        # refusals (a password guessed) a few lines a second.
-        if authenticator is self.client or self._brokers_once.due((name, verdict.who, address)):
+        each = authenticator is not None and authenticator.log_each_refusal
+        if each or self._brokers_once.due((name, verdict.who, address)):
             self._log_limit.info(
                 f"zap-refused-{name}",
                 "refused {mechanism} {name} {who} from {address}"
