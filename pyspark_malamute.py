@@ -4,7 +4,7 @@ PySpark's discovery of Python data sources: a top-level module named
 session, so ``spark.read.format("malamute")`` works with no ``register``
 call once malamute_pack is installed (:mod:`malamute_pack.spark.source`).
 
-Tests: ``tests/test_spark_units.py``, ``tests/test_spark.py``.
+Tests: ``tests/system/test_spark_units.py``, ``tests/system/test_spark.py``.
 """
 
 from malamute_pack.spark.source import MalamuteDataSource as DefaultSource

@@ -38,7 +38,7 @@ subject and value); L{start_plant} wires them between the source and the
 sink, L{PublishBatch}. They use only Spark SQL functions, no Python UDF:
 the work runs in the JVM.
 
-Tests: ``tests/test_spark_ticker_plant.py``.
+Tests: ``tests/system/test_spark_ticker_plant.py``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ L{generate_trades} and L{trade_list} make the same trades for a program
 (the ticker plant's test compares the plant's VWAP with a computation over
 them), and L{publish} sends them at a rate.
 
-Tests: ``tests/test_spark_ticker_plant.py``.
+Tests: ``tests/system/test_spark_ticker_plant.py``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,6 @@ the broker's L{malamute_pack.broker.store.Store}), C{broker} (the model),
 C{matching} (the pattern engine), C{protocol} (codecs). Each package's
 C{__init__} says what its modules hold.
 
-Tests: ``tests/test_tap.py`` (the whole service), and a test module per
+Tests: ``tests/system/test_tap.py`` (the whole service), and a test module per
 module, named in its docstring.
 """

@@ -12,7 +12,7 @@ let two processes lock two different files of the same name). Once it holds
 the lock, the broker writes into the file who it is (pid, host, when it
 started), so that a second broker refused the lock can name the first.
 
-Tests: ``tests/test_datadir.py``, ``tests/test_startup.py``.
+Tests: ``tests/system/test_datadir.py``, ``tests/system/test_startup.py``.
 """
 
 from __future__ import annotations

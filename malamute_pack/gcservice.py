@@ -22,7 +22,7 @@ starts once everything else has, does two things while it runs:
   cycle holds a message. One did (a refused letter's exception, kept with
   its traceback, whose frames held the letter): 400 refused 1 MiB letters
   then grew the broker by 260 MiB where its letter budget is 48 MiB
-  (C{tests/test_system_memory.py}). The memory tests pass with the
+  (C{tests/system/test_system_memory.py}). The memory tests pass with the
   collector saving every piece of cyclic garbage instead of freeing it
   (C{gc.DEBUG_SAVEALL}): the message paths they drive make no cycles;
 - everything made while the broker started (modules, settings, bound
@@ -35,7 +35,7 @@ starts once everything else has, does two things while it runs:
 Stopping gives back the collector's thresholds as they were and unfreezes
 (once the last such service in the process stops).
 
-Tests: ``tests/test_gcservice.py``.
+Tests: ``tests/unit/test_gcservice.py``.
 """
 
 from __future__ import annotations

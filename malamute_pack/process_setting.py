@@ -11,7 +11,7 @@ L{ProcessSetting} counts its holders instead: the first to hold it saves
 what was there, each holder applies its value, and the last to let go puts
 back what the first found.
 
-Tests: ``tests/test_process_setting.py``.
+Tests: ``tests/unit/test_process_setting.py``.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ management API's strports endpoint, e.g. ``tcp:8180:interface=127.0.0.1``;
 off when absent) and ``malamute/stats/interval`` (seconds between counter
 log lines; off when absent).
 
-Tests: ``tests/test_tap.py``.
+Tests: ``tests/system/test_tap.py``.
 """
 
 from __future__ import annotations

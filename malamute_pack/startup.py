@@ -28,7 +28,7 @@ and each has its own way out:
    it, and the hook L{make_or_exit} installed prints the line alone on the
    real stderr as the interpreter exits with status 1.
 
-Tests: ``tests/test_startup.py``.
+Tests: ``tests/system/test_startup.py``.
 """
 
 from __future__ import annotations

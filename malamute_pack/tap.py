@@ -28,7 +28,7 @@ the reverse order.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
 
-Tests: ``tests/test_tap.py``.
+Tests: ``tests/system/test_tap.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 Words for people: a count with its noun in the right number ("1 stream",
 "2 streams"), for log lines, errors and the command line's output.
 
-Tests: ``tests/test_text.py``.
+Tests: ``tests/unit/test_text.py``.
 """
 
 from __future__ import annotations

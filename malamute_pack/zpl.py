@@ -6,7 +6,7 @@ broker's ``malamute.cfg``: indentation by four spaces makes the hierarchy,
 The result maps each path (``server/timeout``) to its values, in file order
 (a name may repeat, as ``bind/endpoint`` does for several endpoints).
 
-Tests: ``tests/test_zpl.py``.
+Tests: ``tests/unit/test_zpl.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ durable variant gives the broker a real journal (a SQLite file, its writer
 and reader threads) on a clock whose thread callbacks the test runs itself,
 so tests stay synchronous and deterministic.
 
-Tests: used by ``tests/test_broker_model.py`` and ``tests/test_broker_durable.py``.
+Tests: used by ``tests/unit/test_broker_model.py`` and ``tests/unit/test_broker_durable.py``.
 """
 
 from __future__ import annotations

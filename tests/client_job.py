@@ -3,8 +3,8 @@ A client program run as a process on a host of a network namespace Lan,
 for the system tests: it is handed its job as JSON, writes one JSON line
 per thing it did, and ends by itself or when its stop file appears.
 
-Tests: used by ``tests/test_pair_system.py`` (through
-``tests/pair_system_support.py``) and ``tests/test_multicast_system.py``.
+Tests: used by ``tests/system/test_pair_system.py`` (through
+``tests/pair_system_support.py``) and ``tests/system/test_multicast_system.py``.
 """
 
 from __future__ import annotations

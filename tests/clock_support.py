@@ -5,8 +5,8 @@ that takes C{callFromThread} calls too, either to run them itself when the
 test says (synchronous tests) or handing them to the real reactor (tests
 that wait on Deferreds).
 
-Tests: ``tests/test_clock_support.py``; used by ``tests/broker_support.py``
-and ``tests/test_journal_retention.py``.
+Tests: ``tests/unit/test_clock_support.py``; used by ``tests/broker_support.py``
+and ``tests/unit/test_journal_retention.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ Support for end-to-end tests: a broker service on real ZeroMQ sockets in the
 test's reactor, and raw DEALER peers read through the same reactor adapter
 the broker uses, with Deferreds for "the next message".
 
-Tests: used by ``tests/test_end_to_end.py``.
+Tests: used by ``tests/unit/test_end_to_end.py``.
 """
 
 from __future__ import annotations

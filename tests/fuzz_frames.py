@@ -7,7 +7,7 @@ bytes flipped, inserted, cut or frames added. Deterministic for a seed.
 Names used by well-behaved clients start with C{good}; no fuzz name does,
 so fuzzers never take over their addresses or serve their services.
 
-Tests: used by ``tests/test_system_fuzz.py``; ``tests/test_fuzz_frames.py``.
+Tests: used by ``tests/system/test_system_fuzz.py``; ``tests/unit/test_fuzz_frames.py``.
 """
 
 from __future__ import annotations

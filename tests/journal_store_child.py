@@ -1,5 +1,5 @@
 """
-A child process for ``tests/test_journal_durability.py``: the real reactor
+A child process for ``tests/system/test_journal_durability.py``: the real reactor
 and a real Journal at ``argv[1]``, storing mailbox records in a loop (with
 stream appends and removals in the same batches) and printing each record's
 id on its own line once its ``on_durable`` reports it committed. The parent

@@ -6,8 +6,8 @@ gives it. The model drives it exactly as it drives an MLM client, which is
 what shows that a new kind of party (a peer broker, a pair partner, a
 bridge) needs no change to the post office or the streams.
 
-Tests: used by ``tests/test_broker_sessions.py`` and
-``tests/test_broker_machine.py``.
+Tests: used by ``tests/unit/test_broker_sessions.py`` and
+``tests/unit/test_broker_machine.py``.
 """
 
 from __future__ import annotations

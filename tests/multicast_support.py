@@ -3,8 +3,8 @@ Support for the multicast bridges' tests over real sockets (no multicast:
 tcp on loopback, ipc, inproc): waiting on the real reactor, a PUB and a
 SUB made as the bridges make them, and brokers run in this process.
 
-Tests: used by ``tests/test_multicast_outbound.py``,
-``tests/test_multicast_proxy.py`` and ``tests/test_multicast_service.py``.
+Tests: used by ``tests/unit/test_multicast_outbound.py``,
+``tests/system/test_multicast_proxy.py`` and ``tests/unit/test_multicast_service.py``.
 """
 
 from __future__ import annotations

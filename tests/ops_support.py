@@ -1,9 +1,9 @@
 """
 What the operations tests share: the keys of each statistics section (the
 JSON the management API, the C{$broker} service and the dashboard read;
-docs/operations.md), checked by ``tests/test_ops_stats.py`` and
-``tests/test_ops_http.py``; and a broker model with traffic to show
-(``tests/test_ops_metrics.py``, ``tests/test_ops_http.py``).
+docs/operations.md), checked by ``tests/unit/test_ops_stats.py`` and
+``tests/system/test_ops_http.py``; and a broker model with traffic to show
+(``tests/unit/test_ops_metrics.py``, ``tests/system/test_ops_http.py``).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ and after ``LIFETIME`` seconds whatever happens, so it never outlives a run.
 With ``MALAMUTE_AGENT_PLAIN=user:password`` in its environment, it
 authenticates with PLAIN.
 
-Tests: ``tests/test_system_pack.py``.
+Tests: ``tests/system/test_system_pack.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ at once. Everything a test starts is ended by its cleanups, in reverse:
 agents killed, brokers stopped (the stop checked: a broker that does not
 shut down cleanly fails the test), the LAN destroyed.
 
-Tests: ``tests/test_system_pack.py``.
+Tests: ``tests/system/test_system_pack.py``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ floating address added later is served too) and their pair link on
 C{tcp://10.77.42.N:9998}. A broker of a pair is ready when it logs its
 state, never probed (a probe's CONNECTION_OPEN is a client request).
 
-Tests: ``tests/test_pair_system.py``.
+Tests: ``tests/system/test_pair_system.py``.
 """
 
 from __future__ import annotations

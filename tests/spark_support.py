@@ -7,7 +7,7 @@ checkpoints and makes every micro-batch slow), a JVM that starts fast,
 loopback only, and Python workers that run this interpreter (so they
 import this checkout's package).
 
-Tests: ``tests/test_spark.py``, ``tests/test_spark_ticker_plant.py``.
+Tests: ``tests/system/test_spark.py``, ``tests/system/test_spark_ticker_plant.py``.
 """
 
 from __future__ import annotations

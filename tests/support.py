@@ -7,7 +7,7 @@ Slow system tests (real broker processes, kill -9 runs, tmpfs mounts) run in
 CI and are skipped locally with ``MALAMUTE_SKIP_SLOW=1``.
 
 Tests: this module is exercised by every test module that imports it
-(``tests/test_journal_disk_full.py`` and ``tests/test_system_durability.py``
+(``tests/unit/test_journal_disk_full.py`` and ``tests/system/test_system_durability.py``
 for the disks).
 """
 

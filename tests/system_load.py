@@ -6,7 +6,7 @@ service worker) that answer DONE to every record and remember what they
 got. All of them notice a restarted broker by its ERROR 500, open again and
 carry on; all are driven by one poll loop (L{pump}) in the test's thread.
 
-Tests: used by ``tests/test_system_durability.py``.
+Tests: used by ``tests/system/test_system_durability.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ library), and L{SystemCase}, a test case with a directory and a ZeroMQ
 context that starts brokers as real processes
 (L{malamute_pack.bench.brokerprocess.BrokerProcess}).
 
-Tests: used by the ``tests/test_system_*.py`` modules.
+Tests: used by the ``tests/system/test_system_*.py`` modules.
 """
 
 from __future__ import annotations

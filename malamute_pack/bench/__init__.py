@@ -7,5 +7,5 @@ L{malamute_pack.bench.brokerprocess} the broker under test as a real
 process (which the tests use too) and L{malamute_pack.bench.__main__} the
 command line.
 
-Tests: ``tests/test_bench.py``.
+Tests: ``tests/system/test_bench.py``.
 """

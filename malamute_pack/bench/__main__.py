@@ -81,7 +81,7 @@ passwords against a broker of ours while the right user logs in from the
 same address, and measures the broker's CPU: see
 L{malamute_pack.bench.bruteforce}.
 
-Tests: ``tests/test_bench.py``.
+Tests: ``tests/system/test_bench.py``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ get in, PLAIN or CURVE included.) Clients of such a broker run inside the
 namespace too (L{python_command}, L{run_python}), or on another host of
 the Lan for a broker bound to its host's tcp address.
 
-Tests: ``tests/test_bench.py`` (L{BrokerProcess} itself, and the benchmark
+Tests: ``tests/system/test_bench.py`` (L{BrokerProcess} itself, and the benchmark
 that uses it).
 """
 

@@ -33,7 +33,7 @@ broker waits; C{broker_cpu_ms_per_attempt} is the cost per attempt
 whatever the pace. Measured figures, printed, never asserted here
 (``docs/security.md`` quotes them).
 
-Tests: ``tests/test_system_bruteforce.py``.
+Tests: ``tests/system/test_system_bruteforce.py``.
 """
 
 from __future__ import annotations

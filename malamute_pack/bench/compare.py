@@ -25,7 +25,7 @@ The other broker is not ours: a scenario that needs our extensions
 was skipped against the other (L{malamute_pack.bench.plays.skip_reason}),
 as is scale without the other's pid.
 
-Tests: ``tests/test_bench_compare.py``.
+Tests: ``tests/system/test_bench_compare.py``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ On an idle virtual machine most of a round trip is the wake-up of the
 processes and of ZeroMQ's I/O threads, not work: compare ratios measured
 in one sitting.
 
-Tests: ``tests/test_bench_floor.py``.
+Tests: ``tests/unit/test_bench_floor.py``.
 """
 
 from __future__ import annotations

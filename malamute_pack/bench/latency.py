@@ -17,7 +17,7 @@ for every process of the host), then padding. The reader keeps its
 samples in a list allocated before the clock starts and sends them all in
 its report; the runner sorts them once (L{malamute_pack.bench.percentiles}).
 
-Tests: ``tests/test_bench_latency.py``.
+Tests: ``tests/system/test_bench_latency.py``.
 """
 
 from __future__ import annotations

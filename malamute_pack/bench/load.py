@@ -25,7 +25,7 @@ Timestamps are ``time.monotonic()``: on Linux that is CLOCK_MONOTONIC, one
 clock for every process on the host, so a send time from one process and a
 receipt time from another can be subtracted.
 
-Tests: ``tests/test_bench.py``.
+Tests: ``tests/system/test_bench.py``.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ keep it alive but unnamed, cut off from any new Lan.
 Everything here needs root and the C{ip} command (iproute2):
 L{netns_available} says why not, for a test to skip with.
 
-Tests: ``tests/test_bench_netns.py``; a joined Lan and unplugged ports in
-``tests/test_pair_system.py``.
+Tests: ``tests/system/test_bench_netns.py``; a joined Lan and unplugged ports in
+``tests/system/test_pair_system.py``.
 """
 
 from __future__ import annotations

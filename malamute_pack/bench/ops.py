@@ -13,7 +13,7 @@ line per run and then::
 
     ops_cost scenario=stream_1to1 api=idle off_msgs_per_s=M on_msgs_per_s=M ratio=R
 
-Tests: ``tests/test_bench_ops.py``.
+Tests: ``tests/system/test_bench_ops.py``.
 """
 
 from __future__ import annotations

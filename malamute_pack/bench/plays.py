@@ -5,7 +5,7 @@ scenario once per rate, the scale scenario with its swarms
 (L{malamute_pack.bench.scale}). Both the plain benchmark and the
 comparison (L{malamute_pack.bench.compare}) play through L{play}.
 
-Tests: ``tests/test_bench_compare.py``.
+Tests: ``tests/system/test_bench_compare.py``.
 """
 
 from __future__ import annotations

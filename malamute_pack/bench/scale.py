@@ -45,7 +45,7 @@ default) and patterns past C{max-subscriptions} per client (1,000):
 L{broker_config} is the config file that lets the bench's own broker hold
 the clients and the bench's roles besides.
 
-Tests: ``tests/test_bench_scale.py``.
+Tests: ``tests/system/test_bench_scale.py``.
 """
 
 from __future__ import annotations

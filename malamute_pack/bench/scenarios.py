@@ -31,7 +31,7 @@ plays it (stream_1to1 among many idle clients). The figures:
 A journal_cost line compares one scenario's msgs_per_s with and without
 the journal.
 
-Tests: ``tests/test_bench.py``.
+Tests: ``tests/system/test_bench.py``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ encodes it once. Writes to the store return at once; its callbacks (a
 letter is durable, a journal read is done) come back later on the same
 reactor thread.
 
-Tests: ``tests/test_broker_model.py`` (behaviour, through MLM sessions),
-``tests/test_broker_sessions.py`` (in-memory sessions), and one module per
-part (``tests/test_broker_machine.py``, ``tests/test_broker_registry.py``...).
+Tests: ``tests/unit/test_broker_model.py`` (behaviour, through MLM sessions),
+``tests/unit/test_broker_sessions.py`` (in-memory sessions), and one module per
+part (``tests/unit/test_broker_machine.py``, ``tests/unit/test_broker_registry.py``...).
 """

@@ -42,7 +42,7 @@ CONFIRM) with status L{NOT_ALLOWED} (403) and a reason starting
 ``not allowed:``; they are counted per right and logged a few lines a
 second at most.
 
-Tests: ``tests/test_broker_access.py``.
+Tests: ``tests/unit/test_broker_access.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ deleted from the journal in the transaction of the append that pushed them
 out), so memory stays bounded while a restarted writer, which repeats only
 its last few appends, still finds its keys.
 
-Tests: ``tests/test_broker_appends.py``.
+Tests: ``tests/unit/test_broker_appends.py``.
 """
 
 from __future__ import annotations

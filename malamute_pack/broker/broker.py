@@ -10,8 +10,8 @@ state: it never touches a socket, a frame or a file; journaling goes
 through a L{Store} (or nowhere, with no journal) and time comes from an
 injected clock.
 
-Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``,
-``tests/test_broker_machine.py``, ``tests/test_broker_sessions.py``.
+Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py``,
+``tests/unit/test_broker_machine.py``, ``tests/unit/test_broker_sessions.py``.
 """
 
 from __future__ import annotations

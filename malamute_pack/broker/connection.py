@@ -4,7 +4,7 @@ CONNECTION_OPEN and its end (close, expiry, takeover, violation): address,
 credit, what it writes and reads, what it serves, the letters it holds and
 the receipts it is owed.
 
-Tests: ``tests/test_broker_model.py``, ``tests/test_broker_sessions.py``.
+Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_sessions.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ up for a letter no longer in the state it was added for, or due at another
 time now (a new lease), is dropped lazily, so handing a letter over costs
 nothing here.
 
-Tests: ``tests/test_broker_letters.py``.
+Tests: ``tests/unit/test_broker_letters.py``.
 """
 
 from __future__ import annotations

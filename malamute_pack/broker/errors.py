@@ -1,6 +1,6 @@
 """
 The refusal the broker's actions raise when they cannot do what a session
-asked. Tests: ``tests/test_broker_model.py``.
+asked. Tests: ``tests/unit/test_broker_model.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ The model keeps one L{Interests} and tells it every change; a listener (the
 pack) hears the changes that matter to peers: a pair's first reader and
 last, an address opened and closed, a new worker count.
 
-Tests: ``tests/test_broker_interests.py``.
+Tests: ``tests/unit/test_broker_interests.py``.
 """
 
 from __future__ import annotations

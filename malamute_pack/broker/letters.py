@@ -3,7 +3,7 @@ Letters: mailbox messages and service requests while the broker holds them,
 and the bounded queues that keep them (a mailbox and a service queue are the
 same structure with different limits).
 
-Tests: ``tests/test_broker_letters.py``.
+Tests: ``tests/unit/test_broker_letters.py``.
 """
 
 from __future__ import annotations

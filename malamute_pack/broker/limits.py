@@ -1,7 +1,7 @@
 """
 The broker's explicit bounds, every one configurable, with sane defaults.
 
-Tests: ``tests/test_broker_limits.py``.
+Tests: ``tests/unit/test_broker_limits.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ an attacker cannot fill the disk or drown the log (L{LogLimit}); and what
 repeats about one key for as long as its cause lasts is logged once per
 interval per key (L{OncePer}).
 
-Tests: ``tests/test_broker_log_limit.py``.
+Tests: ``tests/unit/test_broker_log_limit.py``.
 """
 
 from __future__ import annotations

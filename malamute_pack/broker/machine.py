@@ -16,7 +16,7 @@ L{malamute_pack.broker.errors.Refused}) stops the row: the later actions do
 not run and the state does not change. The broker binds every L{Action} to
 its method once, and checks at import that each has one.
 
-Tests: ``tests/test_broker_machine.py``.
+Tests: ``tests/unit/test_broker_machine.py``.
 """
 
 from __future__ import annotations

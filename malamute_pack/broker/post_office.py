@@ -13,8 +13,8 @@ mailbox letter only so that its CONFIRM reaches the sender, anything else
 nothing. A held letter whose recipient is lost goes back to its queue,
 unless it was held only for the CONFIRM.
 
-Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``,
-``tests/test_broker_sessions.py``.
+Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py``,
+``tests/unit/test_broker_sessions.py``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ session (a chunk it cannot take is read again once it drains). Records that
 retention removed before they were read are reported as a gap, then the
 read goes on; after the last record the reader is told the range ended.
 
-Tests: ``tests/test_broker_ranges.py``.
+Tests: ``tests/unit/test_broker_ranges.py``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ to the sender's session (L{Session.stored}); the session's dialect decides
 what a receipt becomes on the wire (a STORED for protocol version 2, a
 CONFIRM for a refused tracked letter in version 1, or nothing).
 
-Tests: ``tests/test_broker_receipts.py``.
+Tests: ``tests/unit/test_broker_receipts.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ The registry: which sessions have an open connection, and which connection
 holds each address. It is the one owner of both; streams and the post office
 ask it rather than keeping their own.
 
-Tests: ``tests/test_broker_registry.py``.
+Tests: ``tests/unit/test_broker_registry.py``.
 """
 
 from __future__ import annotations

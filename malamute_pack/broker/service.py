@@ -2,7 +2,7 @@
 One service: its queue of requests and the workers offering it, indexed by
 pattern, with fair choice among the workers that can take a request.
 
-Tests: ``tests/test_broker_model.py``.
+Tests: ``tests/unit/test_broker_model.py``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ A transport feeds the model through the L{Receiver} interface, which the
 broker implements: decoded messages with the session they came from, the
 input it could not decode, and the messages it rejected at the door.
 
-Tests: ``tests/test_broker_sessions.py`` (an in-memory session drives the
-model), ``tests/test_transport_sessions.py`` (the MLM sessions).
+Tests: ``tests/unit/test_broker_sessions.py`` (an in-memory session drives the
+model), ``tests/unit/test_transport_sessions.py`` (the MLM sessions).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ This is the whitepaper's rule for readers that do not keep up: the broker
 discards live data for that reader only and serves it on demand later; it
 never slows the others, and never grows its memory for it.
 
-Tests: ``tests/test_broker_stalls.py``.
+Tests: ``tests/unit/test_broker_stalls.py``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ reports (L{StoreError}). The model defines them; the journal
 (L{malamute_pack.journal.Journal}) implements them, so the model never
 imports the journal and runs without one (``--no-journal``).
 
-Tests: ``tests/test_broker_durable.py`` (the model on a real journal),
-``tests/test_journal_records.py`` (the records).
+Tests: ``tests/unit/test_broker_durable.py`` (the model on a real journal),
+``tests/unit/test_journal_records.py`` (the records).
 """
 
 from __future__ import annotations

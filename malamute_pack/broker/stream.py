@@ -1,7 +1,7 @@
 """
 One stream: its name, its readers indexed by pattern, and its counters.
 
-Tests: ``tests/test_broker_model.py``.
+Tests: ``tests/unit/test_broker_model.py``.
 """
 
 from __future__ import annotations

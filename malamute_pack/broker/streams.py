@@ -17,7 +17,7 @@ Every delivery is one call of the reader's session with a L{StreamRecord};
 a live fan-out hands the same record to every reader, so each dialect
 encodes it once.
 
-Tests: ``tests/test_broker_model.py``, ``tests/test_broker_durable.py``.
+Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py``.
 """
 
 from __future__ import annotations

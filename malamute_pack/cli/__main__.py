@@ -1,7 +1,7 @@
 """
 C{python -m malamute_pack.cli}: the C{malamute} command.
 
-Tests: ``tests/test_cli.py``.
+Tests: ``tests/system/test_cli.py``.
 """
 
 import sys

@@ -6,7 +6,7 @@ L{ConnectionSettings} and its own arguments, writes to stdout (messages,
 tables) and stderr (what it did), and returns the exit status; a failure
 it can explain is a L{CommandError}.
 
-Tests: ``tests/test_cli.py``.
+Tests: ``tests/system/test_cli.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the one line that explains a client error (L{explain}).
 A password is never taken from the command line (other users see it in
 the process list): only from C{MALAMUTE_PASSWORD} or a file.
 
-Tests: ``tests/test_cli.py`` (against a broker), ``tests/test_cli_records.py``
+Tests: ``tests/system/test_cli.py`` (against a broker), ``tests/unit/test_cli_records.py``
 (settings from options and environment).
 """
 

@@ -4,7 +4,7 @@ message is the whole line printed after C{malamute: error: } (what went
 wrong and what to do about it). Everything the command catches from the
 client library, the file system or the user's input becomes one.
 
-Tests: ``tests/test_cli.py``.
+Tests: ``tests/system/test_cli.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ installed (the columns of the Spark source, less C{fields}: stream, seq,
 timestamp in microseconds UTC, sender, subject, frames as a list of
 binaries). C{-} is stdout or stdin, as JSON lines.
 
-Tests: ``tests/test_cli_files.py``.
+Tests: ``tests/unit/test_cli_files.py``.
 """
 
 from __future__ import annotations

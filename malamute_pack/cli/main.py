@@ -16,7 +16,7 @@ C{--password-file}, never from the command line), C{--curve-server-key}
 and C{--curve-keys} (C{MALAMUTE_CURVE_SERVER_KEY}, C{MALAMUTE_CURVE_KEYS}),
 C{--address} (C{MALAMUTE_ADDRESS}), C{--timeout} (connect, 5 s).
 
-Tests: ``tests/test_cli.py``.
+Tests: ``tests/system/test_cli.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ Where a read of a stream starts or ends, as the user writes it after
 C{--from} or C{--to}: C{earliest}, C{latest}, a sequence number, or a time
 (ISO 8601, or Unix seconds written C{@1700000000} or with a decimal point).
 
-Tests: ``tests/test_cli_records.py``.
+Tests: ``tests/unit/test_cli_records.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ one of C{body} (one frame of UTF-8 text), C{body_hex} (one frame of any
 bytes) or C{frames_hex} (a list, for no frame or several) holds the
 content, so that a record read back has the very bytes it had.
 
-Tests: ``tests/test_cli_records.py``.
+Tests: ``tests/unit/test_cli_records.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ large body, and the connection's heartbeats go on meanwhile. A request is
 answered DONE only once replied to, so a worker that dies mid-request
 leaves it to be served again by another.
 
-Tests: ``tests/test_cli.py``.
+Tests: ``tests/system/test_cli.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ Plain text tables for a terminal: columns as wide as their widest cell,
 numbers aligned right, and key/value lists. Values are shown for people:
 None as C{-}, booleans as yes/no, byte counts and durations in units.
 
-Tests: ``tests/test_cli_tables.py``.
+Tests: ``tests/unit/test_cli_tables.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the batch's place in it, so running the same import again (after a
 failure half-way, say) writes nothing twice; C{--key} gives another
 prefix to import the same file again on purpose.
 
-Tests: ``tests/test_cli.py`` (against a broker), ``tests/test_cli_files.py``.
+Tests: ``tests/system/test_cli.py`` (against a broker), ``tests/unit/test_cli_files.py``.
 """
 
 from __future__ import annotations

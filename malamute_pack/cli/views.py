@@ -5,7 +5,7 @@ tables, the pack as its state and a table of members. The JSON shapes are
 those of ``malamute_pack/ops/stats.py``; a key that is missing shows as
 C{-}, and a section of a shape not known here is printed as JSON.
 
-Tests: ``tests/test_cli_tables.py``.
+Tests: ``tests/unit/test_cli_tables.py``.
 """
 
 from __future__ import annotations

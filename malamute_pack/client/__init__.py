@@ -37,8 +37,8 @@ state changes), STORED to the outbox (send results), deliveries to the
 inbox -> the driver hands them to the application (C{recv()} or a callback)
 -> the inbox answers with DONE.
 
-Tests: ``tests/test_client_core.py``, ``tests/test_client_reactor.py``,
-``tests/test_client_blocking.py``.
+Tests: ``tests/unit/test_client_core.py``, ``tests/unit/test_client_reactor.py``,
+``tests/system/test_client_blocking.py``.
 """
 
 from malamute_pack.client.blocking import BlockingClient

@@ -35,7 +35,7 @@ is back, so whether it was stored is not known); C{recv} answers mailbox and
 service deliveries with DONE as it returns them (unless C{auto_done=False}:
 then call C{done(delivery)}); STREAM_GAPs go to C{on_gap}.
 
-Tests: ``tests/test_client_blocking.py``.
+Tests: ``tests/system/test_client_blocking.py``.
 """
 
 from __future__ import annotations

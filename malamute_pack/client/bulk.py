@@ -37,7 +37,7 @@ L{AuthenticationRefusedError}, never retried; and when a CURVE client's
 handshakes keep being broken off (its key for the broker is wrong):
 L{WrongServerKeyError}, as soon as two were, or at the timeout after one.
 
-Tests: ``tests/test_client_bulk.py``.
+Tests: ``tests/system/test_client_bulk.py``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ What the actions need from the other parts of the client (the heartbeat,
 the credit, the outbox, the recorded settings) they ask of the
 L{ChannelOwner}.
 
-Tests: ``tests/test_client_channel.py``, ``tests/test_client_machine.py``.
+Tests: ``tests/unit/test_client_channel.py``, ``tests/unit/test_client_machine.py``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ after a short grace instead of its share of the timeout.
 Time comes from a clock (C{seconds()}); the driver asks L{ClientCore.wakeup_at}
 when to call L{ClientCore.on_time} next.
 
-Tests: ``tests/test_client_core.py``.
+Tests: ``tests/unit/test_client_core.py``.
 """
 
 from __future__ import annotations

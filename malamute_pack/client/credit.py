@@ -4,7 +4,7 @@ deliveries have used up, and what is still to be sent because the
 connection was not usable when it was granted. After a reconnection the
 credit left is granted again, as the new broker session starts from none.
 
-Tests: ``tests/test_client_credit.py``.
+Tests: ``tests/unit/test_client_credit.py``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ watches its DEALER, one endpoint or several, to hear at once that the
 broker refused its credentials (C{immediate=False} for one endpoint: its
 DEALER queues as before, whatever the connection).
 
-Tests: ``tests/test_client_dealer.py``.
+Tests: ``tests/unit/test_client_dealer.py``.
 """
 
 from __future__ import annotations

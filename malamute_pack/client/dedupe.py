@@ -3,7 +3,7 @@ What a protocol version 2 client has already handed to the application, so
 that a record the broker sends again is dropped: stream records by stream
 and sequence number, mailbox and service records by id. Both are bounded.
 
-Tests: ``tests/test_client_dedupe.py``.
+Tests: ``tests/unit/test_client_dedupe.py``.
 """
 
 from __future__ import annotations

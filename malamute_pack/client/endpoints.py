@@ -10,7 +10,7 @@ back off before going round again).
 
     parse_endpoints("tcp://a:9999,tcp://b:9999")  # ('tcp://a:9999', 'tcp://b:9999')
 
-Tests: ``tests/test_client_endpoints.py``.
+Tests: ``tests/unit/test_client_endpoints.py``.
 """
 
 from __future__ import annotations

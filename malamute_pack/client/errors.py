@@ -1,7 +1,7 @@
 """
 The errors the Malamute clients raise (or fail their Deferreds with).
 
-Tests: ``tests/test_client_core.py``.
+Tests: ``tests/unit/test_client_core.py``.
 """
 
 from __future__ import annotations

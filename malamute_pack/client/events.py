@@ -3,7 +3,7 @@ What a Malamute client hands to the application: deliveries (stream,
 mailbox and service messages), the confirmations the broker forwards, and
 stream gaps (protocol version 2).
 
-Tests: ``tests/test_client_core.py``.
+Tests: ``tests/unit/test_client_core.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ C{zmq.Poller} loop until it comes), what follows a send, how deliveries
 and confirmations wait for the application, and how frames reach the
 socket.
 
-Tests: ``tests/test_client_reactor.py``, ``tests/test_client_blocking.py``.
+Tests: ``tests/unit/test_client_reactor.py``, ``tests/system/test_client_blocking.py``.
 """
 
 from __future__ import annotations

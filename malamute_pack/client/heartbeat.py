@@ -4,7 +4,7 @@ the broker accepted us, and the time anything was last heard from it, so
 that silence for C{timeout} seconds can be told (the core asks, in the
 states where silence counts).
 
-Tests: ``tests/test_client_heartbeat.py``.
+Tests: ``tests/unit/test_client_heartbeat.py``.
 """
 
 from __future__ import annotations

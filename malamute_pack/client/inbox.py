@@ -14,7 +14,7 @@ would tell its sender "done" before the work is. A redelivered record
 already answered is answered again with the same DONE (ours may have been
 lost).
 
-Tests: ``tests/test_client_inbox.py``.
+Tests: ``tests/unit/test_client_inbox.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ for the timeout) and follow-ups the actions raise (NEXT: a queued command
 can go; REPLAYED: the replay is over). The NOTIFICATIONS (HEARD: something
 arrived; SENDS_STORED: no send waits for its STORED any more) matter in a
 few states only: elsewhere they have no row and mean nothing. Any other
-(state, event) without a row cannot happen (``tests/test_client_machine.py``
+(state, event) without a row cannot happen (``tests/unit/test_client_machine.py``
 lists why for each); the channel raises L{UnreachableEvent} if one does.
 
 With several endpoints (a primary/backup pair, L{EndpointRing}) the
@@ -55,7 +55,7 @@ behaves in each: whether input is read at all (LISTENING), whether silence
 counts (WATCHED), whether messages go out at once (USABLE) or wait
 (HOLDING).
 
-Tests: ``tests/test_client_machine.py``.
+Tests: ``tests/unit/test_client_machine.py``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ ever: waiting for room alone would last until the timeout).
 Each DEALER gets its own inproc address, so that the PAIR of a new DEALER
 never hears the events of one the client left.
 
-Tests: ``tests/test_client_monitor.py``.
+Tests: ``tests/unit/test_client_monitor.py``.
 """
 
 from __future__ import annotations

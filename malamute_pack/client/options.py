@@ -6,7 +6,7 @@ overrides, and read by the core and both drivers.
     client = await MalamuteClient.connect(reactor, endpoint, "me", timeout=2.0)
     client = BlockingClient(endpoint, options=ClientOptions(address="me", version=1))
 
-Tests: ``tests/test_client_options.py``.
+Tests: ``tests/unit/test_client_options.py``.
 """
 
 from __future__ import annotations

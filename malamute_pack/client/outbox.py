@@ -10,7 +10,7 @@ hands each its answer. When the broker forgets us (ERROR 500) the sends it
 never acknowledged are sent again after the replay, before the ones held
 meanwhile (at least once: the recipient may get such a message twice).
 
-Tests: ``tests/test_client_outbox.py``.
+Tests: ``tests/unit/test_client_outbox.py``.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ hands them over or C{on_delivery} returns (or, with C{auto_done=False}, when
 the application calls C{done(delivery)}); C{set_consumer} can start from a
 position (C{whence}); STREAM_GAPs go to C{on_gap} or C{recv_gap()}.
 
-Tests: ``tests/test_client_reactor.py``.
+Tests: ``tests/unit/test_client_reactor.py``.
 """
 
 from __future__ import annotations

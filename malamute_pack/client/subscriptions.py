@@ -6,7 +6,7 @@ was already handed over resuming right after it (STREAM_READ_FROM
 SEQUENCE, every pattern from the same position) so that nothing written
 meanwhile is missed and nothing is delivered twice.
 
-Tests: ``tests/test_client_subscriptions.py``.
+Tests: ``tests/unit/test_client_subscriptions.py``.
 """
 
 from __future__ import annotations

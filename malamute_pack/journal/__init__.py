@@ -3,7 +3,7 @@ The SQLite journal of malamute_pack: stream messages with per-stream
 sequence numbers and retention, and durable mailbox and service-queue
 messages, written by one writer thread with group commit.
 
-This module re-exports the public API. Tests: ``tests/test_journal_*.py``.
+This module re-exports the public API. Tests: ``tests/unit/test_journal_*.py``.
 """
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig

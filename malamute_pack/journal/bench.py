@@ -13,7 +13,7 @@ then, per kind, the ratios ``group_vs_per_record`` and ``group_vs_off``.
 Records are fed from the reactor in chunks, as the broker would.
 
 Tests: none (a benchmark prints figures; the journal's behaviour is tested
-in ``tests/test_journal_*.py``).
+in ``tests/unit/test_journal_*.py``).
 """
 
 from __future__ import annotations

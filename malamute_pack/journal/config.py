@@ -2,7 +2,7 @@
 The journal's settings: group commit, SQLite durability per kind of record,
 retention and pruning.
 
-Tests: ``tests/test_journal_journal.py``.
+Tests: ``tests/unit/test_journal_journal.py``.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ number out of range, a constraint: only that record cannot be written).
 The writer fails a whole batch for the first kind and only the record for
 the second (:meth:`JournalError.refused`).
 
-Tests: ``tests/test_journal_disk_full.py``, ``tests/test_journal_schema.py``
-and ``tests/test_journal_isolation.py``.
+Tests: ``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_schema.py``
+and ``tests/unit/test_journal_isolation.py``.
 """
 
 from __future__ import annotations

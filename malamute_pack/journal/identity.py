@@ -15,8 +15,8 @@ marker to start afresh (or adopt the other journal) on purpose.
 The marker is deliberately not named like the journal, so that removing
 ``journal.sqlite*`` does not remove it too.
 
-Tests: ``tests/test_datadir.py`` (the marker and the broker's refusal) and
-``tests/test_journal_schema.py`` (the identity in the journal).
+Tests: ``tests/system/test_datadir.py`` (the marker and the broker's refusal) and
+``tests/unit/test_journal_schema.py`` (the identity in the journal).
 """
 
 from __future__ import annotations

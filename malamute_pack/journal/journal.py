@@ -31,10 +31,10 @@ record is dropped; each is counted (:class:`JournalCounters`) and logged,
 and neither is a journal error (``on_error`` hears only of failures of the
 journal itself, such as a full disk, which fail a whole batch).
 
-Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
-``tests/test_journal_durability.py``, ``tests/test_journal_disk_full.py``,
-``tests/test_journal_isolation.py``, ``tests/test_journal_origin.py``,
-``tests/test_journal_owners.py``.
+Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retention.py``,
+``tests/system/test_journal_durability.py``, ``tests/unit/test_journal_disk_full.py``,
+``tests/unit/test_journal_isolation.py``, ``tests/unit/test_journal_origin.py``,
+``tests/unit/test_journal_owners.py``.
 """
 
 from __future__ import annotations

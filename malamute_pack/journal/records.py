@@ -8,7 +8,7 @@ A BLOB is the frames one after another, each preceded by its length as a
 encoding of L{malamute_pack.protocol.chunks}, which the protocol's bulk
 messages carry as it is).
 
-Tests: ``tests/test_journal_records.py``.
+Tests: ``tests/unit/test_journal_records.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ even if a later record carries an older timestamp. A step deletes at most
 ``budget`` records so that one large prune never holds the writer for long;
 the writer interleaves steps with write batches until the prune is done.
 
-Tests: ``tests/test_journal_retention.py``.
+Tests: ``tests/unit/test_journal_retention.py``.
 """
 
 from __future__ import annotations

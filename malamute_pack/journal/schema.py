@@ -41,7 +41,7 @@ Tables:
   it was claimed, written by the journal's writer in the order of writes
   and read back when the journal opens (:mod:`malamute_pack.journal.journal`).
 
-Tests: ``tests/test_journal_schema.py``, ``tests/test_journal_origin.py``.
+Tests: ``tests/unit/test_journal_schema.py``, ``tests/unit/test_journal_origin.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ with 0.5 ms), for no measurable throughput. The last journal service of the
 process to stop gives back what the first found
 (L{malamute_pack.process_setting}).
 
-Tests: ``tests/test_broker_durable.py``, ``tests/test_datadir.py``.
+Tests: ``tests/unit/test_broker_durable.py``, ``tests/system/test_datadir.py``.
 """
 
 from __future__ import annotations

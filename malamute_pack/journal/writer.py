@@ -34,8 +34,8 @@ commits, so they are not handed out again after a restart; a mark that
 cannot be written at all is dropped, never retried forever) and runs
 retention pruning in bounded steps, one step between write batches.
 
-Tests: ``tests/test_journal_journal.py``, ``tests/test_journal_retention.py``,
-``tests/test_journal_disk_full.py``, ``tests/test_journal_isolation.py``.
+Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retention.py``,
+``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_isolation.py``.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Pattern kinds are picked with a scheme prefix (``prefix:``, ``topic:``,
 ``mqtt:``, ``nats:``, ``fields:``, ``regex:``); anything else is a regular
 expression, as v1 clients send. ``docs/protocol.md`` documents the syntax.
 
-Tests: ``tests/test_matching_index.py``, ``tests/test_matching_patterns.py``,
-``tests/test_matching_properties.py``, ``tests/test_matching_bench.py``.
+Tests: ``tests/unit/test_matching_index.py``, ``tests/unit/test_matching_patterns.py``,
+``tests/unit/test_matching_properties.py``, ``tests/unit/test_matching_bench.py``.
 """
 
 from malamute_pack.matching.base import Pattern, PatternError

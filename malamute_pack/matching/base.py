@@ -8,7 +8,7 @@ check the regular-expression index runs for patterns added since its RE2 set
 was last built, and the check run against the cached subjects when a new
 pattern arrives.
 
-Tests: ``tests/test_matching_patterns.py``, ``tests/test_matching_properties.py``.
+Tests: ``tests/unit/test_matching_patterns.py``, ``tests/unit/test_matching_properties.py``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ The garbage collector is paused while a loop is timed (as ``timeit`` does).
 
 ``--workload NAME`` (repeatable) runs only those workloads.
 
-Tests: ``tests/test_matching_bench.py`` (runs every workload small).
+Tests: ``tests/unit/test_matching_bench.py`` (runs every workload small).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ of the patterns that ask for it. A subject looks up the bitmap of each of its
 criteria and counts hits per pattern: an OR pattern matches with one hit, an
 AND pattern when its hits equal its criteria count.
 
-Tests: ``tests/test_matching_patterns.py``, ``tests/test_matching_index.py``,
-``tests/test_matching_properties.py``.
+Tests: ``tests/unit/test_matching_patterns.py``, ``tests/unit/test_matching_index.py``,
+``tests/unit/test_matching_properties.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ whose bitmap holds the bit (a reverse map, bit to cached subjects, finds them).
 The cache holds at most ``cache_size`` subjects, least recently used evicted
 first.
 
-Tests: ``tests/test_matching_index.py``, ``tests/test_matching_properties.py``.
+Tests: ``tests/unit/test_matching_index.py``, ``tests/unit/test_matching_properties.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a kind; a pattern with no known scheme is a regular expression, which is what
 every v1 client sends. The table here is the only place that knows the
 schemes, and it pairs each kind with the index that serves it.
 
-Tests: ``tests/test_matching_patterns.py``.
+Tests: ``tests/unit/test_matching_patterns.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The index keeps one bit per distinct prefix and the set of prefix lengths in
 use, so a subject costs one dict probe per distinct length, whatever the number
 of patterns.
 
-Tests: ``tests/test_matching_patterns.py``, ``tests/test_matching_properties.py``.
+Tests: ``tests/unit/test_matching_patterns.py``, ``tests/unit/test_matching_properties.py``.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ milliseconds (``python -m malamute_pack.matching.bench --workload uncached``).
 Each pattern also keeps its own one-pattern matcher, about 4 KiB, for the
 index's one-at-a-time questions (``matches``).
 
-Tests: ``tests/test_matching_patterns.py``, ``tests/test_matching_index.py``,
-``tests/test_matching_properties.py``, ``tests/test_system_redos.py``.
+Tests: ``tests/unit/test_matching_patterns.py``, ``tests/unit/test_matching_index.py``,
+``tests/unit/test_matching_properties.py``, ``tests/system/test_system_redos.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the matching patterns. Patterns that share a beginning share the walk, and
 literal children are a dict probe, so a subject costs about its word count
 times the number of wildcard branches it meets, not the number of patterns.
 
-Tests: ``tests/test_matching_properties.py``, ``tests/test_matching_index.py``.
+Tests: ``tests/unit/test_matching_properties.py``, ``tests/unit/test_matching_index.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ and NATS's ``a.>`` is ``a ONE ANY``, so one trie (``tries.py``) indexes all
 three. A subject is split at every separator; an empty piece is still a word,
 which a wildcard matches and a literal never does, except MQTT's empty levels.
 
-Tests: ``tests/test_matching_patterns.py``, ``tests/test_matching_properties.py``.
+Tests: ``tests/unit/test_matching_patterns.py``, ``tests/unit/test_matching_properties.py``.
 """
 
 from __future__ import annotations

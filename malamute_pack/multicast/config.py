@@ -12,7 +12,7 @@ PGM and NORM need a libzmq built with them. Debian's is; the pyzmq wheels
 on PyPI carry one that is not: L{unavailable} says so, and how to fix it,
 and the broker refuses to start with a bridge it could not run.
 
-Tests: ``tests/test_multicast_config.py``.
+Tests: ``tests/unit/test_multicast_config.py``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ sheds what arrives instead of letting ZeroMQ queue it without bound (a PGM
 socket cannot be left unread: L{malamute_pack.multicast.sockets}); once
 the gate opens, the shed records are repaired like any loss.
 
-Tests: ``tests/test_multicast_inbound.py``.
+Tests: ``tests/unit/test_multicast_inbound.py``.
 """
 
 from __future__ import annotations

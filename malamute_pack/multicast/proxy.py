@@ -10,7 +10,7 @@ restarts, the client reconnects and reads on from the last sequence number
 it got (the client library's resume), so nothing is skipped or repeated;
 receivers repair from the source what multicast lost.
 
-Tests: ``tests/test_multicast_proxy.py``.
+Tests: ``tests/system/test_multicast_proxy.py``.
 """
 
 from __future__ import annotations

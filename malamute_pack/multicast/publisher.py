@@ -6,7 +6,7 @@ Whatever feeds it (the broker's own stream, L{malamute_pack.multicast.sessions};
 another broker's over TCP, L{malamute_pack.multicast.proxy}) hands it
 records in sequence order.
 
-Tests: ``tests/test_multicast_outbound.py``.
+Tests: ``tests/unit/test_multicast_outbound.py``.
 """
 
 from __future__ import annotations

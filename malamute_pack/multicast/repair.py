@@ -11,7 +11,7 @@ disk. A repair that makes no progress for C{stall} seconds (the origin is
 unreachable, or silent) fails: the bridge reports what is still missing
 as lost rather than hold the stream back for ever.
 
-Tests: ``tests/test_multicast_inbound.py`` (against a broker on real sockets).
+Tests: ``tests/unit/test_multicast_inbound.py`` (against a broker on real sockets).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ While the broker's read gate is closed (its journal is behind) the inbound
 bridges shed what arrives and repair it once the gate opens. L{status} says
 what each bridge has done; it is logged when the service stops.
 
-Tests: ``tests/test_multicast_service.py``.
+Tests: ``tests/unit/test_multicast_service.py``.
 """
 
 from __future__ import annotations

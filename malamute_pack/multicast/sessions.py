@@ -12,7 +12,7 @@ local clients, with no branch for them inside it:
 - L{InboundSession}: an inbound bridge, the writer of the records it
   receives into its local stream.
 
-Tests: ``tests/test_multicast_outbound.py``, ``tests/test_multicast_inbound.py``.
+Tests: ``tests/unit/test_multicast_outbound.py``, ``tests/unit/test_multicast_inbound.py``.
 """
 
 from __future__ import annotations

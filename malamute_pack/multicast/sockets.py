@@ -21,7 +21,7 @@ Two facts of libzmq 4.3 (measured in network namespaces) shape the rest:
   receiver, and a receiver that must pause drops and repairs instead
   (L{malamute_pack.multicast.inbound}).
 
-Tests: ``tests/test_multicast_outbound.py``, ``tests/test_multicast_inbound.py``.
+Tests: ``tests/unit/test_multicast_outbound.py``, ``tests/unit/test_multicast_inbound.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ streams from a broker over TCP and re-broadcasts them over multicast, or
 receives nothing, with no broker, journal or data of its own), whose
 C{Options} and C{makeService} are here.
 
-Tests: ``tests/test_multicast_tap.py``.
+Tests: ``tests/unit/test_multicast_tap.py``.
 """
 
 from __future__ import annotations

@@ -4,5 +4,5 @@ its statistics (L{malamute_pack.ops.stats}), the management API and
 dashboard over HTTP, Prometheus metrics and the C{$broker} management
 service that the C{malamute} command line asks.
 
-Tests: ``tests/test_ops_stats.py``.
+Tests: ``tests/unit/test_ops_stats.py``.
 """

@@ -8,7 +8,7 @@ stream's delete and a retention change are writes of the journal, so a
 pair's active ships them to its partner like its records (purges remove
 letters, which it ships too).
 
-Tests: ``tests/test_ops_admin.py``.
+Tests: ``tests/unit/test_ops_admin.py``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Bad requests are answered, never raised into the reactor: bodies are
 bounded (L{MAX_BODY}), bad JSON is a 400, an unknown route a 404, and
 errors are JSON C{{"error": "..."}}.
 
-Tests: ``tests/test_ops_http.py``.
+Tests: ``tests/system/test_ops_http.py``.
 """
 
 from __future__ import annotations

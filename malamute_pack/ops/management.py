@@ -12,7 +12,7 @@ any service (C{call $broker}).
 A request from an anonymous client cannot be answered (it has no mailbox):
 it is counted and logged.
 
-Tests: ``tests/test_ops_management.py``.
+Tests: ``tests/system/test_ops_management.py``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ its ZAP handler's answers by domain and what its login throttle holds
 hurried ones rising); a broker in a pack, its members and the nodes a
 CURVE pack turned away (C{malamute_pack_*}).
 
-Tests: ``tests/test_ops_metrics.py``.
+Tests: ``tests/unit/test_ops_metrics.py``.
 """
 
 from __future__ import annotations

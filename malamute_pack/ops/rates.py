@@ -3,7 +3,7 @@ Rates from cumulative counters: samples taken once a second, and the rate
 of each counter over the last few seconds, as the management API and the
 dashboard show them.
 
-Tests: ``tests/test_ops_stats.py``.
+Tests: ``tests/unit/test_ops_stats.py``.
 """
 
 from __future__ import annotations

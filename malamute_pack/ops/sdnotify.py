@@ -15,7 +15,7 @@ it says C{READY=1} then, keeps C{STATUS=} up to date while it runs, says
 C{WATCHDOG=1} from the reactor's thread when the unit has C{WatchdogSec=},
 and says C{STOPPING=1} first when the broker stops.
 
-Tests: ``tests/test_ops_sdnotify.py``.
+Tests: ``tests/system/test_ops_sdnotify.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ management API (L{malamute_pack.ops.http}) listening on its strports
 endpoint. Started after the broker model and its sockets, stopped before
 them.
 
-Tests: ``tests/test_ops_service.py``.
+Tests: ``tests/system/test_ops_service.py``.
 """
 
 from __future__ import annotations

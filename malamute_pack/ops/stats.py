@@ -10,7 +10,7 @@ journal's per-stream totals, a query on its reader thread) is fetched once
 a second by the sampler and served from that copy, so a request never
 touches the disk and the broker's hot paths only bump counters.
 
-Tests: ``tests/test_ops_stats.py``.
+Tests: ``tests/unit/test_ops_stats.py``.
 """
 
 from __future__ import annotations

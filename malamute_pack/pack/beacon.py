@@ -13,7 +13,7 @@ key; heard beacons go to the node with the key they carry (in Z85), or
 none, and the node decides: a CURVE node follows only listed keys, an
 open node only beacons without a key (L{malamute_pack.pack.node}).
 
-Tests: ``tests/test_pack_beacon.py`` (the listener, and the socket between
+Tests: ``tests/system/test_pack_beacon.py`` (the listener, and the socket between
 two network namespaces).
 """
 

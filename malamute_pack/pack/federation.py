@@ -18,7 +18,7 @@ join it and claim every address).
 
 Socket-free: the node's whisper is a function it is given.
 
-Tests: ``tests/test_pack_federation.py``.
+Tests: ``tests/unit/test_pack_federation.py``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ what a client whose key is no longer listed (a reload) sends is dropped;
 each remote is given as C{ENDPOINT|PUBLIC_KEY} (the server's key, Z85)
 and reached as a CURVE client with this node's key pair.
 
-Tests: ``tests/test_pack_gossip.py``.
+Tests: ``tests/unit/test_pack_gossip.py``.
 """
 
 from __future__ import annotations

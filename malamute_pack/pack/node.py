@@ -44,7 +44,7 @@ nodes only: a peer that entered is moved (another endpoint, another key)
 or dropped (a port-0 beacon) only by its own link (a new HELLO, GOODBYE)
 or by its silence.
 
-Tests: ``tests/test_pack_node.py``.
+Tests: ``tests/unit/test_pack_node.py``.
 """
 
 from __future__ import annotations

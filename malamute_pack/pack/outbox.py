@@ -6,7 +6,7 @@ only sent when nothing waits before them, and are otherwise refused so the
 broker model keeps them (a stream reader falls behind onto the journal, a
 letter stays queued) and retries.
 
-Tests: ``tests/test_pack_outbox.py``.
+Tests: ``tests/unit/test_pack_outbox.py``.
 """
 
 from __future__ import annotations

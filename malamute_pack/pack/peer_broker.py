@@ -8,7 +8,7 @@ a record at or below the highest sequence number already taken from that
 origin is a duplicate), letters posted here on behalf of its clients, and
 its answers for the letters handed to it.
 
-Tests: ``tests/test_pack_federation.py``.
+Tests: ``tests/unit/test_pack_federation.py``.
 """
 
 from __future__ import annotations

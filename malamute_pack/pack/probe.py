@@ -20,8 +20,8 @@ in (a key not listed, no key, another key than its connection's) is a
 C{REFUSED} event (with C{why}, C{uuid}, C{endpoint} and C{key}), once a
 minute at most per node.
 
-Tests: ``tests/test_pack_zyre.py`` (events and commands),
-``tests/test_pack_interop.py`` (against pyre, in namespaces).
+Tests: ``tests/unit/test_pack_zyre.py`` (events and commands),
+``tests/system/test_pack_interop.py`` (against pyre, in namespaces).
 """
 
 from __future__ import annotations

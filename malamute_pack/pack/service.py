@@ -13,7 +13,7 @@ brokers it turns away are counted and logged, each at most once per
 L{STRANGER_LOG_INTERVAL} (with its key and address: never a secret). An
 open pack says so in the start-up log.
 
-Tests: ``tests/test_pack_service.py``.
+Tests: ``tests/unit/test_pack_service.py``.
 """
 
 from __future__ import annotations

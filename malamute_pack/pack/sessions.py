@@ -11,7 +11,7 @@ reaches another host with no branch for it inside the model:
   it go there), or one service the peer's workers offer (so requests can
   go there when no local worker can take them).
 
-Tests: ``tests/test_pack_federation.py``.
+Tests: ``tests/unit/test_pack_federation.py``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ beacons carry our public key (the 54-byte form); gossip is CURVE and we
 publish C{ENDPOINT|PUBLIC_KEY}; our HELLO carries C{X-PUBLICKEY}. Which
 nodes become peers is the node's decision (L{malamute_pack.pack.node}).
 
-Tests: ``tests/test_pack_zyre.py`` (two nodes on loopback),
-``tests/test_pack_interop.py`` (against pyre, between namespaces).
+Tests: ``tests/unit/test_pack_zyre.py`` (two nodes on loopback),
+``tests/system/test_pack_interop.py`` (against pyre, between namespaces).
 """
 
 from __future__ import annotations

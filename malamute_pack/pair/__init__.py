@@ -1,5 +1,5 @@
 """
 The primary/backup pair: Binary Star failover and journal replication.
 
-Tests: ``tests/test_pair_machine.py``.
+Tests: ``tests/unit/test_pair_machine.py``.
 """

@@ -12,7 +12,7 @@ state, role, pid) at every transition (L{write_state}).
 data directory's lock and is alive (a broker killed with ``-9`` leaves
 its last state behind: its pid is gone).
 
-Tests: ``tests/test_pair_check.py``.
+Tests: ``tests/unit/test_pair_check.py``.
 """
 
 from __future__ import annotations

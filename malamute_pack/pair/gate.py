@@ -11,7 +11,7 @@ meanwhile (at most L{HELD_MESSAGES}; beyond, refused the same way), until
 the broker is active, and is then handed to the model in arrival order.
 Once open, the gate passes everything straight through.
 
-Tests: ``tests/test_pair_service.py``.
+Tests: ``tests/system/test_pair_service.py``.
 """
 
 from __future__ import annotations

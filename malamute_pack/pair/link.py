@@ -27,8 +27,8 @@ the DEALER then follows the new partner key (or sends nothing), so that
 a removed key gets nothing either. An open link (no key) logs a warning
 at start: anything that reaches its endpoint can speak as the partner.
 
-Tests: ``tests/test_pair_link.py``, ``tests/test_pair_service.py``,
-``tests/test_system_pair_curve.py``.
+Tests: ``tests/unit/test_pair_link.py``, ``tests/system/test_pair_service.py``,
+``tests/system/test_system_pair_curve.py``.
 """
 
 from __future__ import annotations

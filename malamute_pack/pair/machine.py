@@ -32,7 +32,7 @@ first time the partner is silent, nothing after that, and the next peer
 event after such a report carries REPORT_PARTNER_BACK before its row's
 actions; so GONE and BACK strictly alternate.
 
-Tests: ``tests/test_pair_machine.py``.
+Tests: ``tests/unit/test_pair_machine.py``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ state (passwords, CURVE clients, access rules): the passive installs that
 one in memory (L{Replica.on_security}), never on its disk; every catch-up
 sends it again (L{ReplicationSource.security}).
 
-Tests: ``tests/test_pair_replication.py``.
+Tests: ``tests/unit/test_pair_replication.py``.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ passive after each reload of its security files and at each catch-up; the
 passive puts it in force in memory (its own files are not changed), so
 that it is in force on this broker if it takes over.
 
-Tests: ``tests/test_pair_service.py``, ``tests/test_pair_system.py``,
-``tests/test_pair_identity.py``, ``tests/test_system_pair_identity.py``.
+Tests: ``tests/system/test_pair_service.py``, ``tests/system/test_pair_system.py``,
+``tests/unit/test_pair_identity.py``, ``tests/system/test_system_pair_identity.py``.
 """
 
 from __future__ import annotations

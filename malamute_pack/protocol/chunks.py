@@ -19,7 +19,7 @@ messages rather than a million:
 
 Numbers are big-endian, as everywhere in MLM.
 
-Tests: ``tests/test_protocol_chunks.py``.
+Tests: ``tests/unit/test_protocol_chunks.py``.
 """
 
 from __future__ import annotations

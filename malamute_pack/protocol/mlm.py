@@ -13,7 +13,7 @@ Strings travel as a length byte plus UTF-8; bytes that are not valid UTF-8
 are kept with ``surrogateescape`` so that any subject a C client sends
 decodes and re-encodes to the same bytes.
 
-Tests: ``tests/test_protocol_mlm.py``.
+Tests: ``tests/unit/test_protocol_mlm.py``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ which no later record would reveal.
 Frames start with C{PREFIX}, so a SUB subscribes to it.
 Anything that does not decode raises L{MalformedBridgeMessage}.
 
-Tests: ``tests/test_protocol_multicast.py``.
+Tests: ``tests/unit/test_protocol_multicast.py``.
 """
 
 from __future__ import annotations

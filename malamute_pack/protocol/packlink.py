@@ -11,7 +11,7 @@ bytes). ``docs/protocol.md`` ("Packs") says what each message means.
 Stateless, like L{malamute_pack.protocol.mlm}: bytes to message objects and
 back, nothing else.
 
-Tests: ``tests/test_protocol_packlink.py``.
+Tests: ``tests/unit/test_protocol_packlink.py``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ CAUGHT_UP (7)      passive     link, position
 ACK (8)            passive     link, position, ITEMS applied
 =================  ==========  ============================================
 
-Tests: ``tests/test_protocol_pair.py``.
+Tests: ``tests/unit/test_protocol_pair.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Stateless, in the manner of ``twisted.names.dns``. A frame is
 as a string (u8 length), the value as a longstr (u32 BE length) and a ttl
 (u32 BE, always 0 and never read by CZMQ). Lengths count UTF-8 bytes.
 
-Tests: ``tests/test_protocol_zgossip.py``.
+Tests: ``tests/unit/test_protocol_zgossip.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ SHOUT carry their content as the frames after it. A string is a u8 length
 and bytes, a longstr a u32 BE length and bytes; lengths count UTF-8 bytes.
 The ids 8 and 9 (ELECT, LEADER: zyre's draft election API) are not spoken.
 
-Tests: ``tests/test_protocol_zre.py``.
+Tests: ``tests/unit/test_protocol_zre.py``.
 """
 
 from __future__ import annotations

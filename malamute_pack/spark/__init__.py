@@ -7,7 +7,7 @@ DataFrames, batch and streaming, and DataFrames published into a stream.
     register(spark)
     df = spark.read.format("malamute").option("stream", "trades").load()
 
-Tests: ``tests/test_spark.py``, ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark.py``, ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ parallel (:mod:`malamute_pack.spark.reading`).
 when the read was planned: records written later are not read, so every
 partition's range is fixed when the job starts.
 
-Tests: ``tests/test_spark.py``.
+Tests: ``tests/system/test_spark.py``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ a local Spark session on every core, then:
 ``--only read`` or ``--only plant`` runs one part. The plant part needs
 the checkout (it runs the examples).
 
-Tests: ``tests/test_spark_bench.py``.
+Tests: ``tests/system/test_spark_bench.py``.
 """
 
 from __future__ import annotations

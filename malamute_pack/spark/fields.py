@@ -13,7 +13,7 @@ later value of a name replaces an earlier one, and a bare repeat of a name
 keeps its value (so every entry of the map is a criterion the subject
 satisfies, and every name it has is a key).
 
-Tests: ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

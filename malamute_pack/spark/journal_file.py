@@ -11,7 +11,7 @@ broker does, a read that asks for numbers retention already removed gets a
 L{RangeGap} for them first, and a pattern is matched here with the
 broker's own matching engine.
 
-Tests: ``tests/test_spark_units.py``, ``tests/test_spark.py``.
+Tests: ``tests/system/test_spark_units.py``, ``tests/system/test_spark.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ is refused with an :class:`OptionError` that says why.
 
 The options themselves are documented in :mod:`malamute_pack.spark.source`.
 
-Tests: ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and the admission count sequence numbers, not records: a pattern may keep
 fewer, and numbers that were never used (the journal skips ahead after a
 crash) count too. That keeps planning to one status query per stream.
 
-Tests: ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ L{RecordsLostWarning} (Python ``warnings``, which the executor's log shows)
 and the read goes on. A broker that stops answering fails the read with
 its L{BrokerUnreachableError}: never a silent short read.
 
-Tests: ``tests/test_spark_units.py``, ``tests/test_spark.py``.
+Tests: ``tests/system/test_spark_units.py``, ``tests/system/test_spark.py``.
 """
 
 from __future__ import annotations

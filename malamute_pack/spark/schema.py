@@ -8,7 +8,7 @@ The Arrow schema must match Spark's exactly: ``string`` (not
 list of binaries. Frames arrive as the journal's BLOB (each frame preceded
 by its 4-byte length) and are decoded here, one list per record.
 
-Tests: ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ a write, fails the Spark job with the client's BrokerUnreachableError
 message: a read never returns partial data silently. Writes are append-only
 (mode ``append``; ``overwrite`` and complete output mode are refused).
 
-Tests: ``tests/test_spark.py``, ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark.py``, ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

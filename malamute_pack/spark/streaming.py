@@ -24,7 +24,7 @@ records before the query read them fails the micro-batch with
 L{malamute_pack.spark.reading.RecordsLostError} (stream and numbers), or
 with ``failOnDataLoss`` false is a warning and the query goes on.
 
-Tests: ``tests/test_spark.py``, ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark.py``, ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

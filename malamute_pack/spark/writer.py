@@ -27,7 +27,7 @@ of the same rows:
 ``commit`` and ``abort`` run on a fresh writer on the driver: they keep
 nothing and only log what the tasks report.
 
-Tests: ``tests/test_spark.py``, ``tests/test_spark_units.py``.
+Tests: ``tests/system/test_spark.py``, ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ decoded by L{malamute_pack.protocol.mlm} and handed to the broker with
 their session; the broker answers through the session, whose dialect
 encodes and whose output is the same socket.
 
-Tests: ``tests/test_transport_zmqsocket.py``, ``tests/test_transport_sessions.py``,
-``tests/test_transport_zap.py``, ``tests/test_transport_curve.py``,
-``tests/test_transport_security.py``,
-``tests/test_transport_gate.py``, ``tests/test_end_to_end.py``.
+Tests: ``tests/unit/test_transport_zmqsocket.py``, ``tests/unit/test_transport_sessions.py``,
+``tests/unit/test_transport_zap.py``, ``tests/unit/test_transport_curve.py``,
+``tests/unit/test_transport_security.py``,
+``tests/unit/test_transport_gate.py``, ``tests/unit/test_end_to_end.py``.
 """

@@ -21,7 +21,7 @@ C{python -m malamute_pack.transport.curve DIRECTORY NAME [USER]} makes a
 key pair: C{NAME.key} (the public certificate, to hand out) and
 C{NAME.key_secret} (readable by its owner only).
 
-Tests: ``tests/test_transport_curve.py``.
+Tests: ``tests/unit/test_transport_curve.py``.
 """
 
 from __future__ import annotations

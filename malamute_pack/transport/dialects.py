@@ -20,7 +20,7 @@ record to every reader, and a dialect keeps the frames of the last record
 it encoded. The start of a stream header (stream name and writer) is
 encoded once per writer.
 
-Tests: ``tests/test_transport_sessions.py``.
+Tests: ``tests/unit/test_transport_sessions.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ of the broker's memory growing. It opens again when the backlog is half
 drained. While it is closed the broker is deaf: nobody is expired for a
 silence the broker caused.
 
-Tests: ``tests/test_transport_gate.py``.
+Tests: ``tests/unit/test_transport_gate.py``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ loopback fails within microseconds, before the reactor reads the event) or
 even reused: the peer is then unknown, never a guess (a descriptor whose
 local port is not the endpoint's is not believed).
 
-Tests: ``tests/test_transport_handshakes.py``.
+Tests: ``tests/unit/test_transport_handshakes.py``.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Security handshakes that fail before ZAP (a client without credentials on
 a PLAIN endpoint) are logged by a socket monitor on the ROUTER
 (L{malamute_pack.transport.handshakes}).
 
-Tests: ``tests/test_end_to_end.py``, ``tests/test_transport_security.py``,
-``tests/test_startup.py`` (endpoints it cannot bind).
+Tests: ``tests/unit/test_end_to_end.py``, ``tests/unit/test_transport_security.py``,
+``tests/system/test_startup.py`` (endpoints it cannot bind).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ reactor was doing; the handler only asks the reactor, through
 C{callFromThread} (safe there: it only queues and wakes the reactor), to
 run the reload at its next turn.
 
-Tests: ``tests/test_transport_security.py``, ``tests/test_system_security.py``.
+Tests: ``tests/unit/test_transport_security.py``, ``tests/system/test_system_security.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ in tests), in the dialect its CONNECTION_OPEN asked for
 session has the user of its connection; a message from a kept routing id
 with another user is a new party (the old session's connection ends).
 
-Tests: ``tests/test_transport_sessions.py``, ``tests/test_broker_access.py``.
+Tests: ``tests/unit/test_transport_sessions.py``, ``tests/unit/test_broker_access.py``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ that the oldest waiting refusal is answered at once (C{hurried}), so that
 a flood never holds the connections a right user needs.
 docs/security.md sets this against OpenSSH and fail2ban.
 
-Tests: ``tests/test_transport_zap.py``.
+Tests: ``tests/unit/test_transport_zap.py``.
 """
 
 from __future__ import annotations

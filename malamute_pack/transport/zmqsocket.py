@@ -17,7 +17,7 @@ stream 1:1 scenario, journal off: a quarter more messages a second.) A
 deferred message that cannot go after all is reported to a callback given
 with it.
 
-Tests: ``tests/test_transport_zmqsocket.py``.
+Tests: ``tests/unit/test_transport_zmqsocket.py``.
 """
 
 from __future__ import annotations

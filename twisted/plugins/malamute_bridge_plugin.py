@@ -1,5 +1,5 @@
 """
-The ``twistd malamute-bridge`` plugin. Tests: ``tests/test_multicast_tap.py``.
+The ``twistd malamute-bridge`` plugin. Tests: ``tests/unit/test_multicast_tap.py``.
 """
 
 from twisted.application.service import ServiceMaker

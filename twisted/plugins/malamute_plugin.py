@@ -1,5 +1,5 @@
 """
-The ``twistd malamute`` plugin. Tests: ``tests/test_tap.py``.
+The ``twistd malamute`` plugin. Tests: ``tests/system/test_tap.py``.
 """
 
 from twisted.application.service import ServiceMaker

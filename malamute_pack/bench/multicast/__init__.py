@@ -27,7 +27,7 @@ kernel's counters, CPU time), L{malamute_pack.bench.multicast.throughput}
 (the runs and figures) and L{malamute_pack.bench.multicast.command} (the
 options, L{main}).
 
-Tests: ``tests/test_bench_multicast.py``.
+Tests: ``tests/system/test_bench_multicast.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ L{MulticastBrokers} starts them for one run and stops them with SIGTERM:
 each bridge logs its counters as it stops (C{multicast bridge status:
 {json}}), which L{bridge_status} reads back from the log.
 
-Tests: ``tests/test_bench_multicast.py``.
+Tests: ``tests/system/test_bench_multicast.py``.
 """
 
 from __future__ import annotations

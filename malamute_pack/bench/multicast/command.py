@@ -14,7 +14,7 @@ the rounds (L{malamute_pack.bench.multicast.throughput}) and prints:
 and on stderr what could not be measured and the warnings and errors the
 brokers logged.
 
-Tests: ``tests/test_bench_multicast.py``.
+Tests: ``tests/system/test_bench_multicast.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ What the hosts of the multicast benchmark count, read around a run:
   (C{/proc/PID/net/dev}).
 - L{cpu_seconds}: a process's CPU time (psutil).
 
-Tests: ``tests/test_bench_multicast.py``.
+Tests: ``tests/system/test_bench_multicast.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ broker (L{HostContext}: a L{NamespaceContext} that also gives each role its
 endpoint), so that one L{scenarios.run} plays the producer on host 1 and
 the readers on hosts 2 and 3 at once.
 
-Tests: ``tests/test_bench_multicast.py``.
+Tests: ``tests/system/test_bench_multicast.py``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ duplicated, late records and notices summed), as a table, and the goal
 line (L{GOAL_RATE} messages per second at each receiver and none missing
 after repair in the lossy scenario).
 
-Tests: ``tests/test_bench_multicast.py``.
+Tests: ``tests/system/test_bench_multicast.py``.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ L{malamute_pack.bench.pack.figures} (medians, ratios, tables) and
 L{malamute_pack.bench.pack.common} (what they share). This package gives
 their public names.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ at once (L{BrokerProcess.launch}), all stopped and checked (L{stop_all},
 L{running}), and their logs followed (L{follow}) and their warnings
 gathered (L{notable_lines}: the same line from several brokers once).
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

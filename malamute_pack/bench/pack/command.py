@@ -7,7 +7,7 @@ open and a CURVE pack measured, every figure compared), the discovery
 rounds (L{measure_discovery}), and L{main}, which runs the parts asked for
 and prints the brokers' warnings as it goes.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the endpoint and heartbeat timeout of its brokers, the names of the
 discovery modes, securities (an open pack, a CURVE one), placements and
 scenarios, L{PackBenchError}, and L{progress} for what it says as it goes.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ largest N, the traffic figures (L{malamute_pack.bench.pack.traffic});
 L{DiscoveryResult} holds one run and makes its table row, and
 L{discovery_comparisons} the medians of many runs open and CURVE.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

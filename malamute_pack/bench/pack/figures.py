@@ -4,7 +4,7 @@ ratios that may be missing, table cells and text tables, and a figure
 measured in an open and a CURVE pack (L{Comparison}: their medians and the
 ratio CURVE/open) with the table of them (L{comparison_lines}).
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ C{NAME.key_secret} mode 0600, which a broker requires), and the pack-keys
 directory (C{--pack-keys}) with copies of every host's public
 certificate.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

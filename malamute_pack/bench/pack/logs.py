@@ -5,7 +5,7 @@ says (L{parse_line}), whether a line is a warning, an error or a traceback
 (L{DiscoveryWatch}), and the new lines of a growing log file
 (L{LogFollower}).
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

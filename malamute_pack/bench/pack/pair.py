@@ -18,7 +18,7 @@ figures of a comparison are taken minutes apart at most, from brokers
 that have run as long. L{PairResult.comparisons} gives per measure and
 placement the medians in each pack and the ratio CURVE/open.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ C{multiprocessing} context for L{malamute_pack.bench.scenarios.run}
 L{malamute_pack.bench.brokerprocess.python_command} subprocesses in a
 namespace, each running L{role_main} with its end of the runner's pipe.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

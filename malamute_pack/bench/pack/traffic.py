@@ -8,7 +8,7 @@ its broker) over the phase, less the idle rate measured just before;
 L{TrafficResult} holds them for one pack (open or CURVE) and makes their
 table and the median broker's figures.
 
-Tests: ``tests/test_bench_pack.py``.
+Tests: ``tests/system/test_bench_pack.py``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ L{malamute_pack.bench.pair.throughput}, L{malamute_pack.bench.pair.failover}
 and L{malamute_pack.bench.pair.command} (the options, L{main}; the lines it
 prints).
 
-Tests: ``tests/test_bench_pair.py``.
+Tests: ``tests/system/test_bench_pair.py``.
 """
 
 from __future__ import annotations

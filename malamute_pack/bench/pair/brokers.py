@@ -20,7 +20,7 @@ For the fail-over runs the setup knows which broker is active, kills it
 (SIGKILL), waits for the survivor's takeover and restarts the killed one,
 which rejoins as passive and catches up.
 
-Tests: ``tests/test_bench_pair.py``.
+Tests: ``tests/system/test_bench_pair.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ lines of C{name=value} figures:
 - C{pair_failover_summary kills=... median_s=... max_s=... acked=...
   lost=... duplicates=... unacked_delivered=...}.
 
-Tests: ``tests/test_bench_pair.py``.
+Tests: ``tests/system/test_bench_pair.py``.
 """
 
 from __future__ import annotations

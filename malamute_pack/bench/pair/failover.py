@@ -25,7 +25,7 @@ goal 0); letters received twice (a letter re-sent after a switch is
 stored again under a new id) and letters received that were never
 acknowledged are counted too.
 
-Tests: ``tests/test_bench_pair.py``.
+Tests: ``tests/system/test_bench_pair.py``.
 """
 
 from __future__ import annotations

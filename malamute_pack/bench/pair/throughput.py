@@ -29,7 +29,7 @@ round playing them in turn, the open one first in odd rounds and the
 CURVE one first in even rounds; the summary is the CURVE pair's median
 against the open one's (C{pair_curve} lines, goal: a ratio of 0.9 or more).
 
-Tests: ``tests/test_bench_pair.py``.
+Tests: ``tests/system/test_bench_pair.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ the broker as a real process (L{malamute_pack.bench.brokerprocess}):
   refuses the name first).
 
 Skipped with ``MALAMUTE_SKIP_SLOW=1``. Run with
-``.venv/bin/python -m twisted.trial tests.test_system_journal_safety``.
+``.venv/bin/python -m twisted.trial tests.system.test_system_journal_safety``.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``
 and the broker process of L{malamute_pack.bench.brokerprocess}.

@@ -22,9 +22,9 @@ from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import JournalConfig
 from tests.support import skip_slow
-from tests.test_journal_journal import new_path, open_journal
+from tests.unit.test_journal_journal import new_path, open_journal
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ACKS_BEFORE_KILL = 10_000
 TIMEOUT_S = 15.0
 

@@ -14,7 +14,7 @@ from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import JournalError
 from tests.support import fill_disk, mount_tmpfs, skip_slow
-from tests.test_journal_journal import Inline, open_journal, seqs
+from tests.unit.test_journal_journal import Inline, open_journal, seqs
 
 
 class DiskFullTests(TestCase):

@@ -1,9 +1,9 @@
 """
 Every module of the package (and the twistd plugin) starts with a
 docstring that says where its tests are: it names at least one test module
-(``tests/test_name.py``, or ``tests/test_journal_*.py`` for several, or
-``tests.test_name``), and every test module it names exists. A newcomer
-reading a module can go straight to what checks it, and a name left behind
+(``tests/unit/test_name.py`` or ``tests/system/test_name.py``, or
+``tests/unit/test_journal_*.py`` for several, or ``tests.unit.test_name``),
+and every test module it names exists. A newcomer reading a module can go straight to what checks it, and a name left behind
 by a rename fails here.
 """
 
@@ -19,7 +19,9 @@ from malamute_pack.bench.brokerprocess import PROJECT_ROOT
 
 # A test module named by path (a * stands for any part of a name) or by
 # dotted module name.
-_TEST_MODULE = re.compile(r"\btests/(test_[\w*]+)\.py\b|\btests\.(test_\w+)\b")
+_TEST_MODULE = re.compile(
+    r"\btests/((?:unit|system)/test_[\w*]+)\.py\b|\btests\.((?:unit|system)\.test_\w+)\b"
+)
 
 
 def checked_modules(root: Path = PROJECT_ROOT) -> list[Path]:
@@ -31,10 +33,11 @@ def checked_modules(root: Path = PROJECT_ROOT) -> list[Path]:
 def named_test_modules(docstring: str) -> list[str]:
     """
     The test modules C{docstring} names, as paths relative to the
-    checkout (C{tests/test_name.py}, possibly with a C{*}).
+    checkout (C{tests/unit/test_name.py}, possibly with a C{*}).
     """
     return [
-        f"tests/{match.group(1) or match.group(2)}.py" for match in _TEST_MODULE.finditer(docstring)
+        f"tests/{match.group(1) or match.group(2).replace('.', '/')}.py"
+        for match in _TEST_MODULE.finditer(docstring)
     ]
 
 
@@ -63,13 +66,17 @@ class CheckerTests(SynchronousTestCase):
         package path is not a test module.
         """
         docstring = (
-            "The codec.\n\nTests: ``tests/test_protocol_mlm.py`` and\n"
-            "tests/test_journal_*.py; see also tests.test_tap, tests/support.py\n"
+            "The codec.\n\nTests: ``tests/unit/test_protocol_mlm.py`` and\n"
+            "tests/unit/test_journal_*.py; see also tests.system.test_tap, tests/support.py\n"
             "and malamute_pack/tests/x.py."
         )
         self.assertEqual(
             named_test_modules(docstring),
-            ["tests/test_protocol_mlm.py", "tests/test_journal_*.py", "tests/test_tap.py"],
+            [
+                "tests/unit/test_protocol_mlm.py",
+                "tests/unit/test_journal_*.py",
+                "tests/system/test_tap.py",
+            ],
         )
 
     def test_problemsReported(self) -> None:
@@ -80,13 +87,13 @@ class CheckerTests(SynchronousTestCase):
         at least one) is not.
         """
         root = Path(self.mktemp())
-        (root / "tests").mkdir(parents=True)
-        (root / "tests" / "test_a.py").write_text('"""Tests."""\n')
+        (root / "tests" / "unit").mkdir(parents=True)
+        (root / "tests" / "unit" / "test_a.py").write_text('"""Tests."""\n')
         modules = {
             "bare.py": "x = 1\n",
             "vague.py": '"""Does things. Tested somewhere."""\n',
-            "stale.py": '"""Tests: ``tests/test_a.py``, ``tests/test_gone.py``."""\n',
-            "fine.py": '"""Tests: ``tests/test_*.py`` and tests.test_a."""\n',
+            "stale.py": '"""Tests: ``tests/unit/test_a.py``, ``tests/unit/test_gone.py``."""\n',
+            "fine.py": '"""Tests: ``tests/unit/test_*.py`` and tests.unit.test_a."""\n',
         }
         for name, text in modules.items():
             (root / name).write_text(text)
@@ -95,7 +102,7 @@ class CheckerTests(SynchronousTestCase):
             [
                 "bare.py: no module docstring",
                 "vague.py: its docstring names no test module",
-                "stale.py: names tests/test_gone.py, which does not exist",
+                "stale.py: names tests/unit/test_gone.py, which does not exist",
             ],
         )
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from malamute_pack.bench.netns import Host
 from tests.pack_system_support import AgentProcess, Event, PackCase, joined, left
-from tests.test_system_pack import numbered, subjects, tally
+from tests.system.test_system_pack import numbered, subjects, tally
 
 # Every side of the partition expires the other after this much silence.
 EXPIRED_MS = 3000

@@ -6,7 +6,8 @@ full disk makes the broker refuse letters (STORED 300, never delivered)
 while it goes on serving, and store them again once space is freed.
 
 Skipped with ``MALAMUTE_SKIP_SLOW=1``. Run with
-``.venv/bin/python -m twisted.trial --temp-directory=/tmp/sysdur tests.test_system_durability``.
+``.venv/bin/python -m twisted.trial --temp-directory=/tmp/sysdur
+tests.system.test_system_durability``.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``,
 ``tests/system_load.py`` and the broker process of

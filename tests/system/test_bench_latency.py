@@ -18,7 +18,7 @@ from malamute_pack.bench.brokerprocess import PROJECT_ROOT
 from malamute_pack.bench.scenarios import LATENCY, SCENARIOS, Result
 from malamute_pack.protocol import mlm
 from tests.support import skip_slow
-from tests.test_bench import BrokerSide
+from tests.system.test_bench import BrokerSide
 
 LATENCY_KEYS = [
     "scenario",

@@ -43,7 +43,7 @@ from malamute_pack.journal.identity import read_marker
 from malamute_pack.journal.service import GIL_SWITCH_INTERVAL_S, JournalService
 from malamute_pack.tap import makeBrokerService
 from tests.support import capture_log
-from tests.test_journal_journal import Inline
+from tests.unit.test_journal_journal import Inline
 
 # A child process that takes the lock of the directory argv[1], says so and waits.
 _HOLD_LOCK = (
@@ -107,7 +107,7 @@ class LockTests(SynchronousTestCase):
         it is killed with SIGKILL (no chance to clean up) the lock file is
         still there, and the lock can be taken.
         """
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
         child = subprocess.Popen(
             [sys.executable, "-c", _HOLD_LOCK, str(self.directory)],
             stdout=subprocess.PIPE,

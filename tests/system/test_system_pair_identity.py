@@ -128,7 +128,7 @@ def client_main() -> None:
     sys.stdout.write(json.dumps(_JOBS[job["kind"]](job)) + "\n")
 
 
-_CLIENT = "from tests.test_system_pair_identity import client_main; client_main()"
+_CLIENT = "from tests.system.test_system_pair_identity import client_main; client_main()"
 
 
 class PairIdentityTests(PairCase):

@@ -34,7 +34,7 @@ from malamute_pack.client.machine import (
 )
 from malamute_pack.client.subscriptions import ReplayStep
 from malamute_pack.protocol import mlm
-from tests.test_client_channel import Harness, Outcomes
+from tests.unit.test_client_channel import Harness, Outcomes
 
 S = ClientState
 E = Event

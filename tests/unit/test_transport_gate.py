@@ -14,7 +14,7 @@ from twisted.trial.unittest import TestCase
 from malamute_pack.transport.gate import ReadGate
 from malamute_pack.transport.zmqsocket import ZmqSocket
 from tests.e2e_support import ipc_endpoint, settle
-from tests.test_transport_zmqsocket import Collector
+from tests.unit.test_transport_zmqsocket import Collector
 
 
 class ReadGateTests(TestCase):

@@ -21,7 +21,7 @@ from twisted.trial.unittest import TestCase
 from malamute_pack.journal import Journal, JournalConfig, RetentionPolicy, StreamRecord
 from malamute_pack.journal.journal import _FIRST_ORIGIN, _NEXT_ORIGIN, _ORIGIN_MARK
 from malamute_pack.journal.schema import MIGRATIONS, ORIGIN_INDEX, migrate
-from tests.test_journal_journal import SLOW_COMMIT, new_path, open_journal
+from tests.unit.test_journal_journal import SLOW_COMMIT, new_path, open_journal
 
 Inline = Generator[Deferred[Any], Any, None]
 

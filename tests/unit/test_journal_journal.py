@@ -380,7 +380,7 @@ class QueuedTests(TestCase):
         hears of it once, counters.errors counts it, its stream records are
         gone from reads and their seqs are not handed out again, not even
         after a restart; the next batch is written as usual.
-        (tests/test_journal_isolation.py has a failure of one record.)
+        (tests/unit/test_journal_isolation.py has a failure of one record.)
         """
         self.patch(writer_module, "storage_failure", lambda exc: True)
         path = new_path(self)

@@ -44,7 +44,7 @@ from malamute_pack.transport.zap import ZapHandler
 from tests.e2e_support import settle, start_broker, tcp_endpoint
 from tests.support import capture_log
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PASSWORDS = "bob = builder\n"
 
 # Run in a child: connect a blocking client (argv: kind, endpoint, user or

@@ -256,7 +256,7 @@ def client_main() -> None:
     _JOBS[job["kind"]](job)
 
 
-_CLIENT = "from tests.test_multicast_system import client_main; client_main()"
+_CLIENT = "from tests.system.test_multicast_system import client_main; client_main()"
 
 
 class Job(ClientJob):

@@ -33,7 +33,7 @@ from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 from tests.support import skip_slow
-from tests.test_client_reactor import failure_of, stored, wait_for
+from tests.unit.test_client_reactor import failure_of, stored, wait_for
 
 _reactor = cast(IReactorFDSet, reactor)
 

@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import brokerprocess
 from tests.support import skip_slow
-from tests.test_client_blocking import ROOT, BrokerProcess
+from tests.system.test_client_blocking import ROOT, BrokerProcess
 
 EXAMPLES = sorted(path.name for path in (ROOT / "examples").glob("*.py"))
 

@@ -2,7 +2,7 @@
 Tests for L{malamute_pack.client.channel}: the command channel driven with
 a L{Clock} and an in-memory owner (L{ChannelRecorder}) that records what
 the channel's actions asked of the rest of the client. The walk of the
-whole state table is in ``tests/test_client_machine.py``; here, what the
+whole state table is in ``tests/unit/test_client_machine.py``; here, what the
 engine guarantees around it: one command at a time, callbacks that see the
 next state, events raised from callbacks, replay and close.
 """

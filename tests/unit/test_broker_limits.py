@@ -30,7 +30,7 @@ class LimitsTests(SynchronousTestCase):
         Every limit has a row in the README's limits table, under its config
         key, that gives its default.
         """
-        readme = (Path(__file__).parent.parent / "README.md").read_text()
+        readme = (Path(__file__).parents[2] / "README.md").read_text()
         table = readme.split("| limit | default |", 1)[1].split("\n\n", 1)[0]
         documented: dict[str, str] = {}
         for row in re.findall(r"^\| (`[a-z-]+`(?:, `[a-z-]+`)*) \| ([^|]+) \|", table, re.M):

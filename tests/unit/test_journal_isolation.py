@@ -32,7 +32,7 @@ from malamute_pack.journal.writer import (
     WriteOp,
 )
 from tests.support import capture_log
-from tests.test_journal_journal import SLOW_COMMIT, Inline, new_path, open_journal, seqs
+from tests.unit.test_journal_journal import SLOW_COMMIT, Inline, new_path, open_journal, seqs
 
 # Stream name bytes ff 62 61 64 as the codec decodes them (surrogateescape).
 BAD_TEXT = b"\xffbad".decode("utf-8", "surrogateescape")

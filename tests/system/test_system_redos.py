@@ -1,6 +1,6 @@
 """
 Catastrophic-backtracking patterns against a real broker process
-(``tests/test_system_redos.py``): a reader or worker subscribes with
+(``tests/system/test_system_redos.py``): a reader or worker subscribes with
 ``(a+)+$`` or ``(a|aa)+$`` and a subject of thirty ``a`` and a ``b`` goes
 by, which kept Python's ``re`` (and the reactor) busy for minutes. With the
 patterns on RE2 (``malamute_pack/matching/regex.py``) the broker goes on

@@ -24,7 +24,7 @@ ROOT = brokerprocess.PROJECT_ROOT
 class BrokerProcess(brokerprocess.BrokerProcess):
     """
     The broker process for client tests (here and in
-    ``tests/test_client_examples.py``): on a free tcp port of loopback,
+    ``tests/system/test_client_examples.py``): on a free tcp port of loopback,
     serving once constructed.
     """
 

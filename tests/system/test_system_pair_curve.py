@@ -99,7 +99,7 @@ def stranger_main() -> None:
     print(json.dumps({"key": public.decode("ascii")}))
 
 
-_STRANGER = "from tests.test_system_pair_curve import stranger_main; stranger_main()"
+_STRANGER = "from tests.system.test_system_pair_curve import stranger_main; stranger_main()"
 
 
 def journal_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:

@@ -392,9 +392,9 @@ class PairFloatingAddressTests(PairSystemCase):
         print(f"\nfloating address ({told}): {summary}, going again within {resumed:.1f}s")
 
 
-# The stranger of tests/test_system_pair_curve.py: for two seconds, forged
+# The stranger of tests/system/test_system_pair_curve.py: for two seconds, forged
 # pair messages (the primary restarted, SHIPs, the primary active).
-STRANGER = "from tests.test_system_pair_curve import stranger_main; stranger_main()"
+STRANGER = "from tests.system.test_system_pair_curve import stranger_main; stranger_main()"
 # What a backup that yields logs (malamute_pack/pair/service.py), and its
 # watchdog if the process outlives the stop.
 YIELDS = f"it stops serving now and exits (status {EXIT_YIELDED})"

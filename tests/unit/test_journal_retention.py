@@ -16,7 +16,7 @@ from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import JournalConfig, RetentionPolicy
 from tests.clock_support import ThreadedClock
-from tests.test_journal_journal import Inline, append, new_path, open_journal, seqs
+from tests.unit.test_journal_journal import Inline, append, new_path, open_journal, seqs
 
 UNLIMITED = RetentionPolicy()
 

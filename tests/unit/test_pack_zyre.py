@@ -31,7 +31,7 @@ from malamute_pack.pack.zyre import Zyre, gossip_key
 from malamute_pack.protocol import zre
 from malamute_pack.transport.curve import KeyPair, LinkCurve
 from malamute_pack.transport.zap import PACK_DOMAIN, KeyAllowList, ZapHandler
-from tests.test_pack_node import Recorder
+from tests.unit.test_pack_node import Recorder
 
 ANY_TCP = "tcp://127.0.0.1:*"
 

@@ -28,7 +28,7 @@ from malamute_pack.protocol import mlm
 from malamute_pack.tap import BrokerService
 from malamute_pack.transport.security import SecurityService
 from tests.e2e_support import Peer, ipc_endpoint, settle, until
-from tests.test_pair_service import Member, pair_of
+from tests.system.test_pair_service import Member, pair_of
 
 PASSWORDS = "alice = wonderland\nbob = builder\n"
 RULES = "alice write: prices\nbob write: prices\n"

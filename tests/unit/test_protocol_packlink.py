@@ -40,7 +40,7 @@ from malamute_pack.protocol.packlink import (
     Uninterest,
 )
 
-VECTOR_FILE = Path(__file__).parent / "vectors" / "packlink.jsonl"
+VECTOR_FILE = Path(__file__).parents[1] / "vectors" / "packlink.jsonl"
 
 # The name each message type has in the vector file.
 TYPE_NAMES: dict[type[LinkMessage], str] = {

@@ -3,8 +3,8 @@ Tests for L{malamute_pack.transport.zap}: the password file and the answers
 of the ZAP handler to PLAIN and CURVE requests, the throttle (refusals
 answered late per (address, user) pair, right answers at once, its bounds)
 and the logging of refusals limited (the handler over real sockets is
-tested end to end, in ``tests/test_transport_security.py`` and, under a
-brute force, in ``tests/test_system_bruteforce.py``).
+tested end to end, in ``tests/unit/test_transport_security.py`` and, under a
+brute force, in ``tests/system/test_system_bruteforce.py``).
 """
 
 from __future__ import annotations

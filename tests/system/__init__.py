@@ -1,0 +1,1 @@
+"""System tests: real broker processes, network namespaces, Spark, the browser, kill -9."""

@@ -1,0 +1,1 @@
+"""Unit tests: in this process, no sleeps, no network beyond loopback sockets."""
