@@ -3,8 +3,8 @@ Every module of the package (and the twistd plugin) starts with a
 docstring that says where its tests are: it names at least one test module
 (``tests/unit/test_name.py`` or ``tests/system/test_name.py``, or
 ``tests/unit/test_journal_*.py`` for several, or ``tests.unit.test_name``),
-and every test module it names exists. A newcomer reading a module can go straight to what checks it, and a name left behind
-by a rename fails here.
+and every test module it names exists. A newcomer reading a module can go
+straight to what checks it, and a name left behind by a rename fails here.
 """
 
 from __future__ import annotations
