@@ -1,10 +1,10 @@
 """
 Send one request to the ``echo`` service and print the reply (blocking client).
 
-Start a broker (``twistd -n malamute``) and ``echo_worker.py``, then, from
+Start a broker (``scripts/broker``) and ``echo_worker.py``, then, from
 the repository root::
 
-    PYTHONPATH=. python examples/echo_requester.py [-e ipc://@/malamute]
+    .venv/bin/python examples/echo_requester.py [-e ipc://@/malamute]
         [--user USER] [--timeout 5] [TEXT]
 
 The requester needs an address (the worker replies to its mailbox); it uses

@@ -2,9 +2,9 @@
 A worker for the ``echo`` service: it sends every request's content back to
 the requester's mailbox, with the same subject (Twisted client).
 
-Start a broker (``twistd -n malamute``), then, from the repository root::
+Start a broker (``scripts/broker``), then, from the repository root::
 
-    PYTHONPATH=. python examples/echo_worker.py [-e ipc://@/malamute]
+    .venv/bin/python examples/echo_worker.py [-e ipc://@/malamute]
         [--user USER] [--count N]
 
 and send it requests with ``examples/echo_requester.py``. ``--count 0``

@@ -4,9 +4,9 @@ Bob before Bob is connected; the broker keeps the letter and delivers it
 when Bob connects; Bob confirms it (Alice hears the confirmation) and
 answers.
 
-Start a broker (``twistd -n malamute``), then, from the repository root::
+Start a broker (``scripts/broker``), then, from the repository root::
 
-    PYTHONPATH=. python examples/mailbox_exchange.py [-e ipc://@/malamute] [--user USER]
+    .venv/bin/python examples/mailbox_exchange.py [-e ipc://@/malamute] [--user USER]
 
 With ``--user``, both clients authenticate with PLAIN, the password taken
 from the environment variable ``MALAMUTE_PASSWORD``.

@@ -5,7 +5,7 @@ int}``, as ``examples/spark_trades.py`` publishes) through the ``malamute``
 data source and publishes each symbol's volume-weighted average price over
 10-second windows to the ``vwap`` stream.
 
-Start a broker (``twistd -n malamute``) and the trade generator, then, from
+Start a broker (``scripts/broker``) and the trade generator, then, from
 the repository root::
 
     .venv/bin/python examples/spark_ticker_plant.py [-e ipc://@/malamute]

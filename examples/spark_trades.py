@@ -2,7 +2,7 @@
 Publish made-up trades on the ``trades`` stream, the input of the Spark
 ticker plant (``examples/spark_ticker_plant.py``), with the blocking client.
 
-Start a broker (``twistd -n malamute``), then, from the repository root::
+Start a broker (``scripts/broker``), then, from the repository root::
 
     .venv/bin/python examples/spark_trades.py [-e ipc://@/malamute] [--user USER]
         [--rate 100] [--count 0] [--symbols ACME,GLOBEX,INITECH,UMBRELLA] [--seed N]

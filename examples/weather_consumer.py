@@ -2,10 +2,10 @@
 Read the ``weather`` stream and print the readings whose subject matches
 (Twisted client).
 
-Start a broker (``twistd -n malamute``) and ``weather_producer.py``, then,
+Start a broker (``scripts/broker``) and ``weather_producer.py``, then,
 from the repository root::
 
-    PYTHONPATH=. python examples/weather_consumer.py [-e ipc://@/malamute]
+    .venv/bin/python examples/weather_consumer.py [-e ipc://@/malamute]
         [--user USER] [--pattern REGEX]... [--count N] [--from-start]
 
 The patterns are regular expressions searched in the subject; the default

@@ -1,9 +1,9 @@
 """
 Publish made-up weather readings on the ``weather`` stream (blocking client).
 
-Start a broker (``twistd -n malamute``), then, from the repository root::
+Start a broker (``scripts/broker``), then, from the repository root::
 
-    PYTHONPATH=. python examples/weather_producer.py [-e ipc://@/malamute]
+    .venv/bin/python examples/weather_producer.py [-e ipc://@/malamute]
         [--user USER] [--count 20] [--interval 0.5]
 
 Subjects look like ``temp.paris`` or ``wind.oslo`` and the content is one

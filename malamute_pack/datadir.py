@@ -8,11 +8,21 @@ journal) and held for its whole life.
 The lock is ``flock(2)`` on the open lock file, so the kernel releases it
 whenever the process ends, ``kill -9`` and crashes included: a stale lock
 file never stops a broker, and the file is never deleted (deleting it would
-let two processes lock two different files of the same name). Once it holds
+let two processes lock two different files of the same name), but by a
+failed first start, while it holds the lock (below): a broker that locks
+the file and finds it no longer at the path locks the path's anew. Once it holds
 the lock, the broker writes into the file who it is (pid, host, when it
 started), so that a second broker refused the lock can name the first.
 
-Tests: ``tests/system/test_datadir.py``, ``tests/system/test_startup.py``.
+A failed first start leaves nothing behind: a directory missing or empty
+when the broker was made is emptied again (and removed, with the parents
+the start made, if it was missing) once everything that had started has
+stopped (L{DataDirService.discard_failed_start}, called by
+L{malamute_pack.startup.FailFast}), under the lock taken again, so that a
+broker that has taken the directory in between keeps it whole.
+
+Tests: ``tests/system/test_datadir.py``, ``tests/system/test_startup.py``,
+``tests/unit/test_failed_start.py``, ``tests/system/test_failed_start.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import uuid
 from dataclasses import dataclass
@@ -141,6 +152,11 @@ class DataDirLock:
                 f"holds its lock {self.path}. Stop that broker first, or give this one "
                 f"another --data-dir."
             ) from None
+        if not _is_file_at(fd, self.path):
+            # Removed (by a failed first start, DataDirLock.discard) between
+            # our open and our lock: the lock that counts is the path's.
+            os.close(fd)
+            return self.acquire()
         holder = Holder.this_process()
         try:
             os.ftruncate(fd, 0)
@@ -152,6 +168,49 @@ class DataDirLock:
             ) from e
         self._fd = fd
         return holder
+
+    def discard(self, made: Path | None) -> bool:
+        """
+        Remove everything in the directory, taking the lock for it (with
+        the lock file, last), then the directory C{made} and those between
+        it and this one, those that are empty; whether it did (not if the
+        lock is held, by this object or anyone).
+        """
+        if self._fd is not None:
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        try:
+            for entry in self.directory.iterdir():
+                if entry.name == LOCK_NAME:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            # Unlinked while locked: a broker that opens it now is refused,
+            # one that opens the path after makes a file of its own.
+            self.path.unlink()
+        finally:
+            os.close(fd)
+        if made is not None:
+            directory = self.directory
+            while True:
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break  # not empty: someone else's now
+                if directory == made or directory.parent == directory:
+                    break
+                directory = directory.parent
+        return True
 
     def holder(self) -> Holder | None:
         """Who the lock file says holds the lock (whether or not anyone does)."""
@@ -178,6 +237,15 @@ class DataDirLock:
             os.close(fd)  # releases the lock
 
 
+def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether the open file C{fd} is the file at C{path} (not one since removed)."""
+    try:
+        named, opened = path.stat(), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
 def _read_holder(fd: int) -> Holder | None:
     try:
         return Holder.from_bytes(os.pread(fd, _MAX_HOLDER_BYTES, 0))
@@ -194,10 +262,18 @@ class DataDirService(Service):
     C{startService} if that did not run). A refused lock is logged and
     raised, which makes C{twistd} exit with a non-zero status
     (L{malamute_pack.startup}).
+
+    Made before anything else of the broker writes in the directory, it
+    notes whether this is the directory's first start (missing or empty),
+    and which directory the start will make (C{made}), for
+    L{discard_failed_start}.
     """
 
     def __init__(self, directory: Path) -> None:
         self.lock = DataDirLock(directory)
+        self.made = _first_missing(self.lock.directory)
+        self.first_start = self.made is not None or _empty(self.lock.directory)
+        self._held = False
 
     def privilegedStartService(self) -> None:
         self._lock()
@@ -214,6 +290,7 @@ class DataDirService(Service):
         except DataDirError as e:
             _log.critical("{error}", error=e)
             raise
+        self._held = True
         _log.info(
             "data directory {directory} locked by {holder}",
             directory=str(self.lock.directory),
@@ -223,6 +300,38 @@ class DataDirService(Service):
     def stopService(self) -> None:
         super().stopService()  # type: ignore[no-untyped-call]
         self.lock.release()
+
+    def discard_failed_start(self) -> None:
+        """
+        After a failed start, once all that had started has stopped: if it
+        was the directory's first and this service had locked it, remove
+        what the start made (L{DataDirLock.discard}); else nothing.
+        """
+        if not (self.first_start and self._held) or self.running:
+            return
+        if self.lock.discard(self.made):
+            _log.info(
+                "data directory {directory}: what the failed first start made is removed",
+                directory=str(self.lock.directory),
+            )
+
+
+def _empty(directory: Path) -> bool:
+    """Whether C{directory} is an empty directory (not if it cannot be read: prepare says why)."""
+    try:
+        return not any(directory.iterdir())
+    except OSError:
+        return False
+
+
+def _first_missing(directory: Path) -> Path | None:
+    """The first of C{directory} and its parents that is missing, from the root; None if none."""
+    missing: Path | None = None
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
 
 
 # The broker's identity: its id in the pack, and the origin its multicast

@@ -44,96 +44,118 @@ management API's strports endpoint, e.g. ``tcp:8180:interface=127.0.0.1``;
 off when absent) and ``malamute/stats/interval`` (seconds between counter
 log lines; off when absent).
 
-Tests: ``tests/system/test_tap.py``.
+The settings are composed of the broker's own (its endpoints, security,
+limits, data directory) and each feature's section (L{FEATURES}: the
+journal, the pack, the multicast bridges, the pair, operations), which the
+feature reads, checks and declares the keys of (L{malamute_pack.feature}).
+A config file may hold no other key (L{CONFIG_KEYS}); the C broker's own
+keys that this broker does not use (C{server/verbose}, ...) are accepted
+and ignored, so its config files still serve.
+
+Tests: ``tests/system/test_tap.py``, ``tests/unit/test_settings.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Final
 
+from malamute_pack import journal as _journal
 from malamute_pack.broker.limits import Limits
-from malamute_pack.journal import JournalConfig, RetentionPolicy
-from malamute_pack.multicast import config as bridge_config
+from malamute_pack.feature import (
+    Feature,
+    SettingsError,
+    ZplConfig,
+    last,
+    parse_seconds,
+    whole_number,
+)
+from malamute_pack.journal import JournalConfig
+from malamute_pack.multicast import feature as _bridges
 from malamute_pack.multicast.config import BridgeSettings
-from malamute_pack.pair.machine import DEFAULT_HEARTBEAT, DEFAULT_MISSES
+from malamute_pack.ops import feature as _ops
+from malamute_pack.pack import feature as _pack
+from malamute_pack.pack.config import PackSettings
+from malamute_pack.pair import feature as _pair
+from malamute_pack.pair.config import PairSettings
+from malamute_pack.transport.security import SecurityFiles
+
+__all__ = [
+    "CONFIG_KEYS",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_ENDPOINT",
+    "FEATURES",
+    "MECHANISMS",
+    "PackSettings",
+    "PairSettings",
+    "Settings",
+    "SettingsError",
+    "check",
+    "from_options",
+    "from_zpl",
+    "parse_seconds",
+]
 
 DEFAULT_ENDPOINT = "ipc://@/malamute"
 DEFAULT_DATA_DIR = Path("malamute-data")
 MECHANISMS = ("null", "plain", "curve")
 
+# The features, in the order their services start (operations last: they
+# show the others).
+FEATURES: Final[tuple[Feature[Any, Any], ...]] = (
+    _journal.FEATURE,
+    _pack.FEATURE,
+    _bridges.FEATURE,
+    _pair.FEATURE,
+    _ops.FEATURE,
+)
 
-class SettingsError(ValueError):
-    """A setting with a value the broker cannot use."""
+# The broker's own keys.
+_CORE_KEYS: Final = (
+    "server/timeout",
+    "server/auth/plain",
+    "server/auth/curve/secret",
+    "server/auth/curve/clients",
+    "server/auth/acl",
+    "mlm_server/security/mechanism",
+    "mlm_server/bind/endpoint",
+    "mlm_server/mailbox/size-limit",
+    "mlm_server/service/queue/size-limit",
+    "malamute/data-dir",
+    "malamute/match-cache",
+    # Any name: from_zpl refuses one that is no limit, listing those there are.
+    "malamute/limits/*",
+)
+# The C broker's keys that this broker has no use for: accepted, so that
+# the C broker's malamute.cfg still serves.
+_C_BROKER_KEYS: Final = (
+    "server/background",
+    "server/workdir",
+    "server/verbose",
+    "server/auth/verbose",
+    "mlm_server/verbose",
+    "mlm_server/echo",
+)
 
-
-@dataclass(frozen=True)
-class PackSettings:
-    """
-    The pack this broker joins (L{malamute_pack.pack}), if any.
-
-    @ivar name: the pack's name (its brokers' ZRE group); None: no pack.
-    @ivar beacon: the interface (name or IPv4 address) to send and hear
-        UDP beacons on; None: no beacons (gossip only).
-    @ivar peer_endpoint: the TCP endpoint peer brokers reach this one at
-        (bound; ``*`` as the port picks one); default: the beacon
-        interface's address, any port.
-    @ivar broker_name: the name peers know this broker by (default: the
-        host's name).
-    @ivar keys: the public certificates of the brokers allowed in the pack
-        (a directory, or one file as for CURVE clients): with them the pack
-        is CURVE only and admits no one else; None: an open pack.
-    @ivar secret: the pack's own secret certificate; None: the broker's
-        (C{--curve-secret}, or the one made in the data directory).
-    """
-
-    name: str | None = None
-    beacon: str | None = None
-    beacon_port: int = 5670
-    beacon_interval_ms: int = 1000
-    gossip_bind: tuple[str, ...] = ()
-    gossip_connect: tuple[str, ...] = ()
-    peer_endpoint: str | None = None
-    broker_name: str | None = None
-    evasive_ms: int = 5000
-    expired_ms: int = 30000
-    keys: Path | None = None
-    secret: Path | None = None
-
-    @property
-    def curve(self) -> bool:
-        """Whether the pack is CURVE only (its brokers' keys are listed)."""
-        return self.keys is not None
-
-
-@dataclass(frozen=True)
-class PairSettings:
-    """
-    The primary/backup pair this broker is one of (L{malamute_pack.pair}), if any.
-
-    @ivar role: C{"primary"} or C{"backup"}; None: no pair.
-    @ivar bind: the endpoint the partner's link connects to.
-    @ivar connect: the partner's C{bind} endpoint.
-    @ivar replication: C{"sync"} (an acknowledgement means the partner has
-        it too) or C{"async"}.
-    @ivar heartbeat_ms: how often the partners tell each other their state.
-    @ivar misses: heartbeats missed before the partner counts as gone.
-    @ivar key: the partner's public certificate: the link is CURVE and
-        admits only that key; None: an open link.
-    """
-
-    role: str | None = None
-    bind: str | None = None
-    connect: str | None = None
-    replication: str = "sync"
-    heartbeat_ms: int = round(DEFAULT_HEARTBEAT * 1000)
-    misses: int = DEFAULT_MISSES
-    key: Path | None = None
+# Every key a config file may hold (a * part: any one name).
+CONFIG_KEYS: Final = (
+    *_CORE_KEYS,
+    *_C_BROKER_KEYS,
+    *(key for feature in FEATURES for key in feature.config_keys),
+)
 
 
 @dataclass(frozen=True)
 class Settings:
+    """
+    Everything the broker runs with: its own settings, then each
+    feature's section (the journal's and operations' fields are
+    the settings' own; L{FEATURES}).
+    """
+
     endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
     timeout_ms: int = 10_000
     mechanism: str = "null"
@@ -173,50 +195,53 @@ class Settings:
                 groups.setdefault(self.mechanism, []).append(endpoint)
         return groups
 
-
-def _int(key: str, value: str, allow_max: bool = False) -> int | None:
-    if allow_max and value.strip().lower() == "max":
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise SettingsError(f"{key}: {value!r} is not a whole number") from None
-    if number < 0:
-        raise SettingsError(f"{key}: {value!r} is negative")
-    return number
+    def security_files(self) -> SecurityFiles:
+        """The clients' security files, and which endpoints need them."""
+        return SecurityFiles(
+            frozenset(self.endpoints_by_mechanism()),
+            self.passwords,
+            self.curve_clients,
+            self.access_file,
+        )
 
 
-def parse_seconds(key: str, value: str) -> float:
-    """C{value}, a positive number of seconds, or L{SettingsError} naming C{key}."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise SettingsError(f"{key}: {value!r} is not a number of seconds") from None
-    if not 0 < number < float("inf"):
-        raise SettingsError(f"{key}: {value!r} must be more than 0 seconds")
-    return number
+def section(settings: Settings, feature: Feature[Any, Any]) -> Any:
+    """C{feature}'s section of C{settings}."""
+    if feature.field is not None:
+        return getattr(settings, feature.field)
+    fields = _fields(feature)
+    return feature.section_type(**{name: getattr(settings, name) for name in fields})
 
 
-def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Settings:
+def with_section(settings: Settings, feature: Feature[Any, Any], found: Any) -> Settings:
+    """C{settings} with C{found} as C{feature}'s section."""
+    if feature.field is not None:
+        return dataclasses.replace(settings, **{feature.field: found})
+    return dataclasses.replace(
+        settings, **{name: getattr(found, name) for name in _fields(feature)}
+    )
+
+
+def _fields(feature: Feature[Any, Any]) -> list[str]:
+    """The names of a section's fields (the settings' own, when its C{field} is None)."""
+    return [f.name for f in dataclasses.fields(feature.section_type)]
+
+
+def from_zpl(config: ZplConfig, base: Settings = Settings()) -> Settings:
     """C{base} with every setting that C{config} gives replaced."""
     changes: dict[str, object] = {}
     limits: dict[str, int] = {}
-
-    def last(key: str) -> str | None:
-        values = config.get(key)
-        return values[-1] if values else None
-
-    if (value := last("server/timeout")) is not None:
-        changes["timeout_ms"] = _int("server/timeout", value)
-    if (value := last("server/auth/plain")) is not None:
+    if (value := last(config, "server/timeout")) is not None:
+        changes["timeout_ms"] = whole_number("server/timeout", value)
+    if (value := last(config, "server/auth/plain")) is not None:
         changes["passwords"] = Path(value)
-    if (value := last("mlm_server/security/mechanism")) is not None:
+    if (value := last(config, "mlm_server/security/mechanism")) is not None:
         changes["mechanism"] = value.lower()
-    if (value := last("server/auth/curve/secret")) is not None:
+    if (value := last(config, "server/auth/curve/secret")) is not None:
         changes["curve_secret"] = Path(value)
-    if (value := last("server/auth/curve/clients")) is not None:
+    if (value := last(config, "server/auth/curve/clients")) is not None:
         changes["curve_clients"] = Path(value)
-    if (value := last("server/auth/acl")) is not None:
+    if (value := last(config, "server/auth/acl")) is not None:
         changes["access_file"] = Path(value)
     if config.get("mlm_server/bind/endpoint"):
         changes["endpoints"] = tuple(config["mlm_server/bind/endpoint"])
@@ -224,12 +249,14 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
         ("mlm_server/mailbox/size-limit", "mailbox_max_bytes"),
         ("mlm_server/service/queue/size-limit", "service_max_bytes"),
     ):
-        if (value := last(key)) is not None and (n := _int(key, value, True)) is not None:
+        if (value := last(config, key)) is not None and (
+            n := whole_number(key, value, True)
+        ) is not None:
             limits[name] = n
-    if (value := last("malamute/data-dir")) is not None:
+    if (value := last(config, "malamute/data-dir")) is not None:
         changes["data_dir"] = Path(value)
-    if (value := last("malamute/match-cache")) is not None:
-        changes["match_cache"] = _int("malamute/match-cache", value)
+    if (value := last(config, "malamute/match-cache")) is not None:
+        changes["match_cache"] = whole_number("malamute/match-cache", value)
     known = {f.name for f in dataclasses.fields(Limits)}
     for key, values in config.items():
         if key.startswith("malamute/limits/"):
@@ -237,7 +264,7 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
             if name not in known:
                 names = ", ".join(sorted(k.replace("_", "-") for k in known))
                 raise SettingsError(f"{key}: unknown limit; known: {names}")
-            n = _int(key, values[-1])
+            n = whole_number(key, values[-1])
             assert n is not None
             limits[name] = n
     if limits:
@@ -249,130 +276,22 @@ def from_zpl(config: dict[str, list[str]], base: Settings = Settings()) -> Setti
             for name in known:
                 message = message.replace(f"limit {name} ", f"limit {name.replace('_', '-')} ")
             raise SettingsError(message) from e
-    if (value := last("malamute/http/endpoint")) is not None:
-        changes["http"] = value
-    if (value := last("malamute/stats/interval")) is not None:
-        changes["stats_interval"] = parse_seconds("malamute/stats/interval", value)
-    if (value := last("malamute/journal/enabled")) is not None:
-        changes["journal"] = _int("malamute/journal/enabled", value) != 0
-    changes["journal_config"] = _journal_config(config, base.journal_config)
-    changes["pack"] = _pack(config, base.pack)
-    changes["pair"] = _pair(config, base.pair)
-    try:
-        changes["bridge"] = bridge_config.from_zpl(config, base.bridge)
-    except bridge_config.BridgeConfigError as e:
-        raise SettingsError(str(e)) from e
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    result = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    for feature in FEATURES:
+        result = with_section(result, feature, feature.from_zpl(config, section(result, feature)))
+    return result
 
 
-def _pack(config: dict[str, list[str]], base: PackSettings) -> PackSettings:
-    changes: dict[str, object] = {}
-    for key, name in (
-        ("name", "name"),
-        ("beacon", "beacon"),
-        ("peer-endpoint", "peer_endpoint"),
-        ("broker-name", "broker_name"),
-    ):
-        if values := config.get(f"malamute/pack/{key}"):
-            changes[name] = values[-1]
-    for key, name in (("keys", "keys"), ("secret", "secret")):
-        if values := config.get(f"malamute/pack/{key}"):
-            changes[name] = Path(values[-1])
-    for key, name in (
-        ("beacon-port", "beacon_port"),
-        ("beacon-interval", "beacon_interval_ms"),
-        ("evasive", "evasive_ms"),
-        ("expired", "expired_ms"),
-    ):
-        if values := config.get(f"malamute/pack/{key}"):
-            changes[name] = _int(f"malamute/pack/{key}", values[-1])
-    for key, name in (("gossip-bind", "gossip_bind"), ("gossip-connect", "gossip_connect")):
-        if values := config.get(f"malamute/pack/{key}"):
-            changes[name] = tuple(values)
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-def _pair(config: dict[str, list[str]], base: PairSettings) -> PairSettings:
-    changes: dict[str, object] = {}
-    for key in ("role", "bind", "connect", "replication"):
-        if values := config.get(f"malamute/pair/{key}"):
-            changes[key] = values[-1]
-    if values := config.get("malamute/pair/key"):
-        changes["key"] = Path(values[-1])
-    for key, name in (("heartbeat", "heartbeat_ms"), ("misses", "misses")):
-        if values := config.get(f"malamute/pair/{key}"):
-            changes[name] = _int(f"malamute/pair/{key}", values[-1])
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-_RETENTION_KEYS = {"max-count": "max_count", "max-age": "max_age_s", "max-bytes": "max_bytes"}
-
-
-def _retention(config: dict[str, list[str]], prefix: str, base: RetentionPolicy) -> RetentionPolicy:
-    changes: dict[str, float | int] = {}
-    for key, name in _RETENTION_KEYS.items():
-        values = config.get(f"{prefix}/{key}")
-        if values:
-            n = _int(f"{prefix}/{key}", values[-1])
-            assert n is not None
-            changes[name] = float(n) if name == "max_age_s" else n
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-def _journal_config(config: dict[str, list[str]], base: JournalConfig) -> JournalConfig:
-    prefix = "malamute/journal"
-    changes: dict[str, object] = {}
-    numbers = {
-        "commit-interval": ("commit_interval_s", 1000.0),
-        "commit-batch": ("commit_max_batch", 0.0),
-        "prune-interval": ("prune_interval_s", 1.0),
-        "crash-skip": ("crash_skip", 0.0),
-    }
-    for key, (name, per_second) in numbers.items():
-        values = config.get(f"{prefix}/{key}")
-        if values:
-            n = _int(f"{prefix}/{key}", values[-1])
-            assert n is not None
-            changes[name] = n / per_second if per_second else n
-    for key in ("stream-synchronous", "queue-synchronous"):
-        values = config.get(f"{prefix}/{key}")
-        if values:
-            changes[key.replace("-", "_")] = values[-1].upper()
-    changes["retention"] = _retention(config, f"{prefix}/retention", base.retention)
-    per_stream = dict(base.per_stream_retention)
-    streams = f"{prefix}/streams/"
-    for key in config:
-        if key.startswith(streams) and key.count("/") == 4:
-            name = key[len(streams) :].rsplit("/", 1)[0]
-            per_stream[name] = _retention(
-                config,
-                streams + name,
-                per_stream.get(name, changes["retention"]),  # type: ignore[arg-type]
-            )
-    changes["per_stream_retention"] = per_stream
-    try:
-        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-    except ValueError as e:
-        # JournalConfig names its fields; the user wrote the config's keys.
-        message = str(e)
-        for name, key in _JOURNAL_KEYS.items():
-            message = message.replace(name, f"{prefix}/{key}")
-        raise SettingsError(message) from e
-
-
-# JournalConfig's fields as the config file spells them.
-_JOURNAL_KEYS = {
-    "commit_interval_s": "commit-interval",
-    "commit_max_batch": "commit-batch",
-    "prune_interval_s": "prune-interval",
-    "crash_skip": "crash-skip",
-    "stream_synchronous": "stream-synchronous",
-    "queue_synchronous": "queue-synchronous",
-}
+def from_options(options: Mapping[str, Any], base: Settings) -> Settings:
+    """C{base} with what each feature's command-line C{options} give."""
+    for feature in FEATURES:
+        found = feature.from_options(options, section(base, feature))
+        base = with_section(base, feature, found)
+    return base
 
 
 def check(settings: Settings) -> Settings:
-    """C{settings} if they are consistent, else L{SettingsError} saying why."""
+    """C{settings} if they are consistent (completed), else L{SettingsError} saying why."""
     if settings.mechanism not in MECHANISMS:
         raise SettingsError(
             f"security mechanism {settings.mechanism!r} is not supported (null, plain or curve)"
@@ -398,74 +317,8 @@ def check(settings: Settings) -> Settings:
         raise SettingsError("the client timeout must be at least 1 ms")
     if not settings.endpoints:
         raise SettingsError("no endpoint to bind")
-    _check_pack(settings.pack)
-    _check_pair(settings)
-    bridge = settings.bridge
-    try:
-        bridge_config.check(bridge)
-    except bridge_config.BridgeConfigError as e:
-        raise SettingsError(str(e)) from e
-    return dataclasses.replace(
-        settings, bridge=bridge_config.repair_endpoint(bridge, settings.endpoints)
-    )
-
-
-def _check_pair(settings: Settings) -> None:
-    pair = settings.pair
-    if pair.role is None:
-        return
-    if pair.role not in ("primary", "backup"):
-        raise SettingsError(f"the pair role must be primary or backup: {pair.role!r}")
-    if not pair.bind or not pair.connect:
-        raise SettingsError(
-            "a pair needs its link's endpoints: --pair-bind (this broker's) and"
-            " --pair-connect (its partner's)"
+    for feature in FEATURES:
+        settings = with_section(
+            settings, feature, feature.check(section(settings, feature), settings)
         )
-    if pair.replication not in ("sync", "async"):
-        raise SettingsError(f"pair replication must be sync or async: {pair.replication!r}")
-    if not settings.journal:
-        raise SettingsError("a pair replicates the journal: it cannot run with --no-journal")
-    if pair.heartbeat_ms < 10 or pair.misses < 1:
-        raise SettingsError("the pair's heartbeat must be at least 10 ms, and misses at least 1")
-
-
-def _check_pack(pack: PackSettings) -> None:
-    if pack.name is None:
-        return
-    if not pack.name or len(pack.name.encode()) > 255:
-        raise SettingsError("the pack's name must be 1 to 255 bytes")
-    if pack.beacon is None and not (pack.gossip_bind or pack.gossip_connect):
-        raise SettingsError(
-            "a pack needs a way to find its brokers: beacons (--beacon IFACE) on a LAN,"
-            " or gossip (--gossip-bind / --gossip-connect) where there is no broadcast"
-        )
-    if pack.beacon is None and pack.peer_endpoint is None:
-        raise SettingsError(
-            "without beacons, say which TCP endpoint peers reach this broker at"
-            " (--peer-endpoint tcp://ADDRESS:PORT, or tcp://ADDRESS:* for any port)"
-        )
-    if pack.peer_endpoint is not None and not pack.peer_endpoint.startswith("tcp://"):
-        raise SettingsError(f"the peer endpoint must be tcp://...: {pack.peer_endpoint!r}")
-    if not 0 < pack.beacon_port < 65536:
-        raise SettingsError(f"beacon port {pack.beacon_port} is not a UDP port")
-    if pack.beacon_interval_ms < 10:
-        raise SettingsError("the beacon interval must be at least 10 ms")
-    if not 0 < pack.evasive_ms < pack.expired_ms:
-        raise SettingsError("a pack peer must be evasive (ping) before it is expired")
-    for endpoint in pack.gossip_connect:
-        _, bar, key = endpoint.partition("|")
-        if pack.curve and not (bar and key):
-            raise SettingsError(
-                f"gossip server {endpoint!r}: a CURVE pack (--pack-keys) reaches its gossip"
-                " servers with CURVE: give ENDPOINT|PUBLIC_KEY (the server's key in Z85)"
-            )
-        if not pack.curve and bar:
-            raise SettingsError(
-                f"gossip server {endpoint!r} is given a CURVE key, and this pack is open:"
-                " give --pack-keys DIR (the brokers allowed in) to make it a CURVE pack"
-            )
-    if pack.secret is not None and not pack.curve:
-        raise SettingsError(
-            "a pack secret (--pack-secret, malamute/pack/secret) needs --pack-keys DIR"
-            " (the brokers allowed in the pack)"
-        )
+    return settings

@@ -28,7 +28,15 @@ and each has its own way out:
    it, and the hook L{make_or_exit} installed prints the line alone on the
    real stderr as the interpreter exits with status 1.
 
-Tests: ``tests/system/test_startup.py``.
+The reason is said once: in the log (by the service that refused, if it
+logged why as critical, else by L{FailFast}) and on stderr, unless the log
+has already shown it there (C{twistd -n} logging on a stdout that is
+stderr's file too: a terminal, C{2>&1}). A failed first start on a data
+directory (missing or empty before) leaves nothing in it
+(L{malamute_pack.datadir.DataDirService.discard_failed_start}).
+
+Tests: ``tests/system/test_startup.py``, ``tests/unit/test_failed_start.py``,
+``tests/system/test_failed_start.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ import getopt
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Final, NoReturn, TypeVar, cast
@@ -47,13 +56,14 @@ import zmq
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.interfaces import IReactorCore, IReactorTime
-from twisted.logger import Logger
+from twisted.logger import ILogObserver, LogEvent, Logger, LogLevel, globalLogPublisher
 from twisted.python import usage
 from twisted.python.failure import Failure
 
-from malamute_pack.broker.store import StoreError
-from malamute_pack.datadir import DataDirError
-from malamute_pack.settings import SettingsError
+from malamute_pack.config_keys import first_unknown
+from malamute_pack.datadir import DataDirError, DataDirService
+from malamute_pack.feature import SettingsError
+from malamute_pack.store import StoreError
 from malamute_pack.transport.router import BindError, bind_error_message
 from malamute_pack.zpl import ZplError, load_zpl
 
@@ -70,6 +80,10 @@ _NOT_AN_INT: Final = re.compile(r"invalid literal for int\(\) with base 10: ('.*
 # How long a failed start waits for what had started to stop.
 STOP_TIMEOUT: Final = 10.0
 
+# Whether twistd logs on its stdout, as its options said (set when
+# OneLineOptions are parsed as its subcommand's).
+_log_on_stdout = False
+
 
 class StartupError(Exception):
     """The broker cannot start; the message says why and what to do, in one line."""
@@ -78,12 +92,14 @@ class StartupError(Exception):
 class StartupFailed(Exception):
     """
     A service failed to start; C{line} is what the user is told
-    (C{"malamute: ..."}).
+    (C{"malamute: ..."}), on stderr unless C{shown}: the log has shown the
+    reason there already.
     """
 
-    def __init__(self, line: str) -> None:
+    def __init__(self, line: str, *, shown: bool = False) -> None:
         super().__init__(line)
         self.line = line
+        self.shown = shown
 
 
 # Exceptions whose message is written for the user: shown as it is.
@@ -126,11 +142,13 @@ def read_config(
     path: Path,
     apply: Callable[[dict[str, list[str]]], _Settings],
     errors: tuple[type[Exception], ...],
+    known: Sequence[str] | None = None,
 ) -> _Settings:
     """
     C{apply} to the config file at C{path}; what goes wrong (the file
-    unreadable, not ZPL, a value refused with one of C{errors}) is a
-    UsageError naming the file.
+    unreadable, not ZPL, a key none of C{known} is (when given:
+    L{malamute_pack.config_keys}), a value refused with one of C{errors})
+    is a UsageError naming the file.
     """
     try:
         tree = load_zpl(path)
@@ -138,6 +156,10 @@ def read_config(
         raise usage.UsageError(f"cannot read config file {path}: {e.strerror or e}") from e
     except ZplError as e:
         raise usage.UsageError(f"config file {path}: {e}") from e
+    if known is not None:
+        unknown = first_unknown(list(tree), known, tree.lines)
+        if unknown is not None:
+            raise usage.UsageError(unknown.describe(path))
     try:
         return apply(tree)
     except errors as e:
@@ -178,6 +200,27 @@ def check_pid_file(path: str | None) -> None:
     )
 
 
+def logs_to_stdout(twistd: Mapping[str, object]) -> bool:
+    """Whether C{twistd} given these options (its own, not a plugin's) logs on its stdout."""
+    if twistd.get("syslog") or twistd.get("logger"):
+        return False
+    return bool(twistd.get("nodaemon")) and twistd.get("logfile") in (None, "", "-")
+
+
+def log_shows_stderr() -> bool:
+    """
+    Whether what twistd logs shows where stderr goes: it logs on its
+    stdout, and stdout and stderr are the same file (a terminal, C{2>&1}).
+    """
+    if not _log_on_stdout:
+        return False
+    try:
+        out, err = os.fstat(1), os.fstat(2)
+    except OSError:
+        return False
+    return (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
+
+
 def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -206,6 +249,8 @@ class OneLineOptions(usage.Options):
         try:
             super().parseOptions(options)  # type: ignore[no-untyped-call]
             if self.parent is not None:
+                global _log_on_stdout
+                _log_on_stdout = logs_to_stdout(self.parent)
                 check_pid_file(self.parent.get("pidfile"))
         except usage.UsageError as e:
             if self.parent is None:
@@ -238,8 +283,8 @@ def make_or_exit(program: str, make: Callable[[], IService]) -> FailFast:
 def install_excepthook() -> None:
     """
     Have the interpreter print an uncaught L{StartupFailed} as its line
-    alone, on the real stderr (twistd has sent C{sys.stderr} to the log),
-    and anything else as before.
+    alone, on the real stderr (twistd has sent C{sys.stderr} to the log)
+    unless the log has shown it there, and anything else as before.
     """
     previous = sys.excepthook
 
@@ -248,7 +293,7 @@ def install_excepthook() -> None:
     ) -> None:
         if isinstance(value, StartupFailed):
             stream = sys.__stderr__
-            if stream is not None:
+            if stream is not None and not value.shown:
                 print(value.line, file=stream, flush=True)
         else:
             previous(kind, value, traceback)
@@ -269,31 +314,42 @@ class FailFast(MultiService):
         self._reactor = reactor
 
     def privilegedStartService(self) -> None:
-        try:
-            super().privilegedStartService()  # type: ignore[no-untyped-call]
-        except Exception as e:
-            self._fail(e)
+        with _logged_critical() as said:
+            try:
+                super().privilegedStartService()  # type: ignore[no-untyped-call]
+            except Exception as e:
+                self._fail(e, said)
 
     def startService(self) -> None:
-        try:
-            super().startService()  # type: ignore[no-untyped-call]
-        except Exception as e:
-            self._fail(e)
+        with _logged_critical() as said:
+            try:
+                super().startService()  # type: ignore[no-untyped-call]
+            except Exception as e:
+                self._fail(e, said)
 
-    def _fail(self, error: Exception) -> NoReturn:
+    def _fail(self, error: Exception, said: list[BaseException]) -> NoReturn:
         what = describe(error)
         if what is None:
             _log.failure("starting failed", Failure(error))  # type: ignore[no-untyped-call]
             what = f"cannot start: {type(error).__name__}: {error} (the log has the traceback)"
         line = f"{self.program}: {what}"
-        _log.critical("{line}", line=line)
-        self._wait(stop_started(self))
-        raise StartupFailed(line) from error
+        if not any(logged is error for logged in said):
+            # A service that refuses to start may have logged why itself
+            # (the data directory's lock, the journal): not twice.
+            _log.critical("{line}", line=line)
+        if self._wait(stop_started(self)):
+            for service in _walk(self):
+                if isinstance(service, DataDirService):
+                    service.discard_failed_start()
+        raise StartupFailed(line, shown=log_shows_stderr()) from error
 
-    def _wait(self, stopped: Deferred[None]) -> None:
-        """Run the reactor (not started yet) until C{stopped} fires, if it has not."""
+    def _wait(self, stopped: Deferred[None]) -> bool:
+        """
+        Run the reactor (not started yet) until C{stopped} fires, if it has
+        not; whether it has (else it gave up after L{STOP_TIMEOUT}).
+        """
         if stopped.called:
-            return
+            return True
         reactor = self._reactor
         if reactor is None:
             from twisted.internet import reactor as installed
@@ -307,6 +363,36 @@ class FailFast(MultiService):
         stopped.addBoth(stop)
         cast(IReactorTime, reactor).callLater(STOP_TIMEOUT, stop)
         reactor.run()
+        return stopped.called
+
+
+@contextmanager
+def _logged_critical() -> Iterator[list[BaseException]]:
+    """The errors logged as critical (C{error=} or a failure) while the block runs."""
+    errors: list[BaseException] = []
+
+    def observe(event: LogEvent) -> None:
+        if event.get("log_level") != LogLevel.critical:
+            return
+        failure = event.get("log_failure")
+        error = failure.value if isinstance(failure, Failure) else event.get("error")
+        if isinstance(error, BaseException):
+            errors.append(error)
+
+    observer = cast(ILogObserver, observe)
+    globalLogPublisher.addObserver(observer)
+    try:
+        yield errors
+    finally:
+        globalLogPublisher.removeObserver(observer)
+
+
+def _walk(service: IService) -> Iterator[IService]:
+    """C{service} and all the services under it."""
+    yield service
+    if isinstance(service, MultiService):
+        for child in service:
+            yield from _walk(child)
 
 
 def stop_started(service: IService) -> Deferred[None]:

@@ -25,6 +25,10 @@ service, C{--stats-interval}'s log line, C{--http}'s management API) start
 next, then the garbage collector's settings (L{malamute_pack.gcservice}:
 what start-up made is frozen) and last the systemd notifier. They stop in
 the reverse order.
+The features (L{malamute_pack.settings.FEATURES}: the pack, the bridges,
+the pair, operations) are made in one loop, each from what it says of
+itself (L{malamute_pack.feature}), the way C{twisted.names.tap} composes
+its resolvers; their options come from each feature's mixin.
 Everything but the journal's writer and reader threads runs in the reactor
 thread.
 
@@ -35,10 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import cast
 
 import zmq
 from twisted.application.service import IService, MultiService, Service
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.logger import Logger
 from twisted.python import usage
@@ -46,18 +50,14 @@ from twisted.python import usage
 from malamute_pack import settings as _settings
 from malamute_pack.broker.access import AccessControl, AccessFileError
 from malamute_pack.broker.broker import Broker, BrokerConfig
-from malamute_pack.datadir import DataDirService, pack_identity, prepare
+from malamute_pack.broker_parts import Activity, BrokerParts
+from malamute_pack.datadir import DataDirService, prepare
 from malamute_pack.gcservice import GarbageCollectorService
 from malamute_pack.journal import JOURNAL_MARKER, Journal, Recovered
 from malamute_pack.journal.service import JournalService
 from malamute_pack.multicast.config import BridgeConfigError
-from malamute_pack.multicast.service import BridgeService
-from malamute_pack.multicast.tap import BRIDGE_PARAMETERS, BridgeOptionsMixin
 from malamute_pack.ops.sdnotify import SystemdNotifier, status_line
 from malamute_pack.ops.service import OperationsService
-from malamute_pack.pack.beacon import resolve_interface
-from malamute_pack.pack.service import PackService
-from malamute_pack.pair.service import PairService
 from malamute_pack.startup import OneLineOptions, make_or_exit, read_config
 from malamute_pack.transport.curve import (
     CurveError,
@@ -81,8 +81,11 @@ from malamute_pack.zpl import ZplError
 _log = Logger()
 
 
-class Options(BridgeOptionsMixin, OneLineOptions):
-    """Options of C{twistd malamute}."""
+class BrokerOptions(OneLineOptions):
+    """
+    The broker's own options of C{twistd malamute}; L{Options} adds each
+    feature's (L{malamute_pack.feature.Feature.options}).
+    """
 
     synopsis = "[options]"
     longdesc = (
@@ -114,69 +117,11 @@ class Options(BridgeOptionsMixin, OneLineOptions):
             "CURVE clients' keys: a directory of certificates or a file.",
         ],
         ["acl", None, None, "Access-control file (docs/security.md); reloaded on SIGHUP."],
-        ["pack", None, None, "Join the pack of this name (docs/pack.md)."],
-        [
-            "beacon",
-            None,
-            None,
-            "Find the pack's brokers with UDP beacons on this interface (name or address).",
-        ],
-        ["beacon-port", None, None, "UDP port of the beacons (default 5670).", int],
-        [
-            "peer-endpoint",
-            None,
-            None,
-            "TCP endpoint peer brokers reach this one at (default tcp://BEACON-ADDRESS:*).",
-        ],
-        ["broker-name", None, None, "This broker's name in the pack (default: the host name)."],
-        [
-            "pack-keys",
-            None,
-            None,
-            "The public certificates of the brokers allowed in the pack (a directory):"
-            " the pack is CURVE only and admits no other broker.",
-        ],
-        [
-            "pack-secret",
-            None,
-            None,
-            "The pack's own secret certificate (default: the broker's CURVE key).",
-        ],
-        ["pair", None, None, "Run as the primary or the backup of a pair (docs/pair.md)."],
-        ["pair-bind", None, None, "The pair link's endpoint here (tcp://ADDRESS:PORT)."],
-        ["pair-connect", None, None, "The partner's pair link endpoint."],
-        [
-            "pair-replication",
-            None,
-            None,
-            "sync (default: acknowledged means on both brokers) or async.",
-        ],
-        ["pair-heartbeat", None, None, "Pair heartbeat interval in ms (default 500).", int],
-        [
-            "pair-key",
-            None,
-            None,
-            "The partner's public certificate: the pair link is CURVE and admits only it.",
-        ],
-        [
-            "http",
-            None,
-            None,
-            "Serve the management API and dashboard on this strports endpoint"
-            " (e.g. tcp:8180:interface=127.0.0.1); off by default.",
-        ],
-        ["stats-interval", None, None, "Log a line of counters every SECONDS."],
-        *BRIDGE_PARAMETERS,
-    ]
-    optFlags = [  # noqa: RUF012 (usage.Options reads this class attribute)
-        ["no-journal", None, "Keep nothing on disk: no stream replay, no durable mail."],
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self["endpoints"] = []
-        self["gossip-bind"] = []
-        self["gossip-connect"] = []
 
     def opt_endpoint(self, endpoint: str) -> None:
         """
@@ -186,17 +131,6 @@ class Options(BridgeOptionsMixin, OneLineOptions):
         self["endpoints"].append(endpoint)
 
     opt_e = opt_endpoint
-
-    def opt_gossip_bind(self, endpoint: str) -> None:
-        """Serve zgossip on this endpoint, for brokers with no broadcast (repeatable)."""
-        self["gossip-bind"].append(endpoint)
-
-    def opt_gossip_connect(self, endpoint: str) -> None:
-        """
-        Find the pack's brokers through the zgossip server at this endpoint
-        (repeatable); ENDPOINT|PUBLIC_KEY in a CURVE pack.
-        """
-        self["gossip-connect"].append(endpoint)
 
     def postOptions(self) -> None:
         try:
@@ -212,6 +146,7 @@ class Options(BridgeOptionsMixin, OneLineOptions):
                 Path(self["config"]),
                 lambda tree: _settings.from_zpl(tree, result),
                 (_settings.SettingsError,),
+                _settings.CONFIG_KEYS,
             )
         if self["endpoints"]:
             result = dataclasses.replace(result, endpoints=tuple(self["endpoints"]))
@@ -235,54 +170,18 @@ class Options(BridgeOptionsMixin, OneLineOptions):
             result = dataclasses.replace(result, curve_clients=Path(self["curve-clients"]))
         if self["acl"]:
             result = dataclasses.replace(result, access_file=Path(self["acl"]))
-        if self["no-journal"]:
-            result = dataclasses.replace(result, journal=False)
-        if self["http"] is not None:
-            result = dataclasses.replace(result, http=self["http"])
-        if self["stats-interval"] is not None:
-            interval = _settings.parse_seconds("--stats-interval", self["stats-interval"])
-            result = dataclasses.replace(result, stats_interval=interval)
-        result = dataclasses.replace(result, pack=self.pack_settings(result.pack))
-        pair: dict[str, object] = {}
-        for option, name in (
-            ("pair", "role"),
-            ("pair-bind", "bind"),
-            ("pair-connect", "connect"),
-            ("pair-replication", "replication"),
-            ("pair-heartbeat", "heartbeat_ms"),
-        ):
-            if self[option] is not None:
-                pair[name] = self[option]
-        if self["pair-key"] is not None:
-            pair["key"] = Path(self["pair-key"])
-        if pair:
-            result = dataclasses.replace(
-                result,
-                pair=dataclasses.replace(result.pair, **pair),  # type: ignore[arg-type]
-            )
-        result = dataclasses.replace(result, bridge=self.bridge_settings(result.bridge))
-        return _settings.check(result)
+        return _settings.check(_settings.from_options(self, result))
 
-    def pack_settings(self, base: _settings.PackSettings) -> _settings.PackSettings:
-        """C{base} (from the config file) with what the pack's options give."""
-        changes: dict[str, object] = {}
-        for option, name in (
-            ("pack", "name"),
-            ("beacon", "beacon"),
-            ("beacon-port", "beacon_port"),
-            ("peer-endpoint", "peer_endpoint"),
-            ("broker-name", "broker_name"),
-        ):
-            if self[option] is not None:
-                changes[name] = self[option]
-        for option, name in (("pack-keys", "keys"), ("pack-secret", "secret")):
-            if self[option] is not None:
-                changes[name] = Path(self[option])
-        if self["gossip-bind"]:
-            changes["gossip_bind"] = tuple(self["gossip-bind"])
-        if self["gossip-connect"]:
-            changes["gossip_connect"] = tuple(self["gossip-connect"])
-        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+# Options of C{twistd malamute}: the broker's own, then each feature's.
+Options = cast(
+    type[BrokerOptions],
+    type(
+        "Options",
+        (BrokerOptions, *(feature.options for feature in _settings.FEATURES)),
+        {"__doc__": "Options of C{twistd malamute}.", "__module__": __name__},
+    ),
+)
 
 
 class BrokerService(Service):
@@ -354,28 +253,30 @@ def makeBrokerService(
         ),
         journal,
     )
-    pair: PairService | None = None
-    if settings.pair.role is not None:
-        assert journal is not None  # settings.check refuses a pair without one
-        try:
-            pair = PairService(
-                reactor,
-                context,
-                settings.pair,
-                journal,
-                broker,
-                lambda found: _restore(broker, found),
-                data_dir=settings.data_dir,
-                curve=links.get(PAIR_DOMAIN),
-            )
-        except ValueError as e:  # a --pair-key that lists several keys
-            raise usage.UsageError(str(e)) from e
-        pair.setName("pair")
+    parts = BrokerParts(
+        reactor,
+        context,
+        settings,
+        settings.data_dir,
+        broker,
+        journal,
+        links,
+        lambda found: _restore(broker, found),
+        zap,
+    )
+    # The feature that decides whether this broker is active (a pair's) is
+    # made first: the journal's letters and the clients' messages go through it.
+    made = {
+        feature.name: feature.make_service(parts, _settings.section(settings, feature))
+        for feature in _settings.FEATURES
+        if feature.decides_activity
+    }
+    activity = next((cast(Activity, s) for s in made.values() if s is not None), None)
     if journal is not None:
         # Started first: letters are back in their queues before clients come
         # (in a pair, once this broker is the active one).
         opener = JournalService(
-            journal, pair.recovered if pair is not None else lambda found: _restore(broker, found)
+            journal, activity.recovered if activity is not None else parts.restore
         )
         opener.setName("journal")
         opener.setServiceParent(top)
@@ -384,9 +285,9 @@ def makeBrokerService(
     model.setServiceParent(top)
     if zap is not None:
         security = _secure(broker, zap, settings, journal, reactor, top, secured, links)
-        if pair is not None:
-            pair.use_security(security)  # the partner's clients' security follows this one's
-    routers: list[RouterService] = []
+        if activity is not None:
+            activity.use_security(security)  # the partner's clients' security follows this one's
+    parts.access = broker.access
     for mechanism, endpoints in groups.items():
         try:
             secret = keys.pair().secret if mechanism == "curve" else None
@@ -395,54 +296,38 @@ def makeBrokerService(
         router = RouterService(
             reactor,
             context,
-            pair.gate if pair is not None else broker,
+            activity.gate if activity is not None else broker,
             settings.limits,
             endpoints,
             mechanism,
             secret,
         )
         # The first is "router"; one more socket per other security.
-        router.setName("router" if not routers else f"router-{mechanism}")
+        router.setName("router" if not parts.routers else f"router-{mechanism}")
         router.setServiceParent(top)
-        routers.append(router)
-    readers: list[Pausable] = list(routers)
-    pack: PackService | None = None
-    bridges: BridgeService | None = None
-    if settings.pack.name is not None:
-        if settings.pack.beacon is not None:
-            try:
-                resolve_interface(settings.pack.beacon)
-            except ValueError as e:
-                raise usage.UsageError(f"--beacon: {e}") from e
-        # Last to start, first to stop: peers hear GOODBYE while the broker runs.
-        pack = PackService(
-            reactor,
-            context,
-            broker,
-            journal,
-            settings.pack,
-            settings.data_dir,
-            links.get(PACK_DOMAIN),
-        )
-        pack.setName("pack")
-        if pair is None:
-            pack.setServiceParent(top)
+        parts.routers.append(router)
+    readers: list[Pausable] = list(parts.routers)
+    for feature in _settings.FEATURES:
+        section = _settings.section(settings, feature)
+        if feature.decides_activity:
+            service = made[feature.name]
         else:
-            pair.add_active_service(pack)  # a passive broker is not in the pack
-        readers.append(pack)
-    if settings.bridge.any:
-        bridges = _bridges(reactor, context, settings, broker, journal)
-        if pair is None:
-            bridges.setServiceParent(top)
+            service = feature.make_service(parts, section)
+        if service is None:
+            continue
+        service.setName(feature.name)
+        if feature.while_active and activity is not None:
+            activity.add_active_service(service)
         else:
-            pair.add_active_service(bridges)  # a passive broker bridges nothing
-        readers.append(bridges)
-    if pair is not None:
-        pair.setServiceParent(top)
-        readers.append(pair)
-    # Started after everything it shows, stopped first.
-    operations = _operations(reactor, broker, journal, settings, routers, top, pack, bridges, pair)
-    operations.statistics.zap = zap
+            service.setServiceParent(top)
+        if feature.reads:
+            readers.append(cast(Pausable, service))
+        shown = feature.shown(service, section)
+        if shown is not None:
+            parts.shown[feature.name] = shown
+    # Started after everything it shows, stopped first (the last feature).
+    operations = top.getServiceNamed("operations")
+    assert isinstance(operations, OperationsService)
     if journal is not None:
         # A journal that falls behind stops the broker reading from its
         # clients and peers (their sends wait in ZeroMQ and TCP) until it
@@ -459,70 +344,13 @@ def makeBrokerService(
     # Last to start, first to stop: tells systemd (Type=notify) the broker is
     # ready once all the above has started, and that it stops (a no-op
     # without $NOTIFY_SOCKET; docs/operations.md).
+    routers = parts.routers
     notifier = SystemdNotifier(
         lambda: status_line(operations.ready(), [e for r in routers for e in r.bound]), clock
     )
     notifier.setName("sd-notify")
     notifier.setServiceParent(top)
     return top
-
-
-def _operations(
-    reactor: IReactorFDSet,
-    broker: Broker,
-    journal: Journal | None,
-    settings: _settings.Settings,
-    routers: list[RouterService],
-    top: MultiService,
-    pack: PackService | None,
-    bridges: BridgeService | None,
-    pair: PairService | None,
-) -> OperationsService:
-    """
-    The statistics, the C{$broker} service, the counters' log line and
-    (with C{--http}) the management API, showing the broker's parts.
-    """
-    if settings.http is not None:
-        try:
-            serverFromString(reactor, settings.http)
-        except ValueError as e:
-            raise usage.UsageError(
-                f"--http {settings.http!r} is not a server endpoint ({e}); for example"
-                " tcp:8180:interface=127.0.0.1"
-            ) from e
-    operations = OperationsService(reactor, broker, journal, settings, routers, broker.access)
-    statistics = operations.statistics
-    statistics.pack = pack
-    statistics.bridges = bridges
-    statistics.pair = pair
-    operations.setName("operations")
-    operations.setServiceParent(top)
-    return operations
-
-
-def _bridges(
-    reactor: IReactorFDSet,
-    context: zmq.Context[zmq.Socket[bytes]],
-    settings: _settings.Settings,
-    broker: Broker,
-    journal: Journal | None,
-) -> BridgeService:
-    """The multicast bridges, named by this broker's identity."""
-    if settings.bridge.outbound and not settings.bridge.endpoint:
-        _log.warn(
-            "multicast bridges: receivers cannot repair what they lose, for no endpoint of"
-            " this broker names its address: give --bridge-endpoint tcp://ADDRESS:PORT"
-        )
-    bridges = BridgeService(
-        reactor,
-        context,
-        settings.bridge,
-        broker,
-        pack_identity(settings.data_dir).hex().upper(),
-        journal.origin_marks if journal is not None else dict,
-    )
-    bridges.setName("bridges")
-    return bridges
 
 
 def _secure(
@@ -553,7 +381,7 @@ def _secure(
     try:
         security = SecurityService(
             reactor,  # type: ignore[arg-type]
-            settings,
+            settings.security_files(),
             zap,
             access,
             [(path, links[domain].allowed) for domain, path in _link_key_files(settings).items()],
@@ -626,6 +454,9 @@ def _security_file_message(error: Exception) -> str:
 
 def _restore(broker: Broker, found: Recovered) -> None:
     broker.restore(found.queued)
+    # Every stream the journal holds is listed from now on, before any
+    # client names one.
+    broker.streams.restore(found.streams)
     broker.streams.appends.restore(found.appends)
     if broker.access is not None:
         broker.access.owners.load(found.owners)
@@ -637,7 +468,7 @@ def _restore(broker: Broker, found: Recovered) -> None:
         )
 
 
-def makeService(options: Options) -> IService:
+def makeService(options: BrokerOptions) -> IService:
     """
     The service C{twistd malamute} runs: one that cannot be made or started
     is one line on stderr and exit status 1 (L{malamute_pack.startup}).

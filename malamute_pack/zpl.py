@@ -3,8 +3,9 @@ A reader for ZPL (ZeroMQ Property Language, RFC 4), the format of the C
 broker's ``malamute.cfg``: indentation by four spaces makes the hierarchy,
 ``name = value`` sets a value, ``#`` starts a comment, values may be quoted.
 
-The result maps each path (``server/timeout``) to its values, in file order
-(a name may repeat, as ``bind/endpoint`` does for several endpoints).
+The result (L{ZplTree}) maps each path (``server/timeout``) to its values,
+in file order (a name may repeat, as ``bind/endpoint`` does for several
+endpoints), and knows the line each path is first given on.
 
 Tests: ``tests/unit/test_zpl.py``.
 """
@@ -23,6 +24,18 @@ class ZplError(ValueError):
     """A line that is not ZPL, with its number."""
 
 
+class ZplTree(dict[str, list[str]]):
+    """
+    A parsed ZPL file: each path's values, in file order.
+
+    @ivar lines: the number of the line each path is first given on.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, int] = {}
+
+
 def _value(raw: str, number: int) -> str:
     raw = raw.strip()
     if raw[:1] in ("'", '"'):
@@ -37,9 +50,9 @@ def _value(raw: str, number: int) -> str:
     return raw.split("#", 1)[0].strip()
 
 
-def parse_zpl(text: str) -> dict[str, list[str]]:
+def parse_zpl(text: str) -> ZplTree:
     """Parse ZPL C{text} into path -> values."""
-    result: dict[str, list[str]] = {}
+    result = ZplTree()
     path: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -53,10 +66,12 @@ def parse_zpl(text: str) -> dict[str, list[str]]:
         del path[depth:]
         path.append(match["name"])
         if match["value"] is not None:
-            result.setdefault("/".join(path), []).append(_value(match["value"], number))
+            key = "/".join(path)
+            result.setdefault(key, []).append(_value(match["value"], number))
+            result.lines.setdefault(key, number)
     return result
 
 
-def load_zpl(path: Path) -> dict[str, list[str]]:
+def load_zpl(path: Path) -> ZplTree:
     """Read and parse the ZPL file at C{path}."""
     return parse_zpl(path.read_text(encoding="utf-8"))

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, checkout_environment, python_command
-from malamute_pack.bench.netns import Host
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, checkout_environment, python_command
+from malamute_pack.testing.netns import Host
 
 Record = dict[str, Any]
 

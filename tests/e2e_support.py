@@ -17,10 +17,10 @@ from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import makeBrokerService
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 

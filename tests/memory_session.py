@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm
+from malamute_pack.store import ChunkRow, StreamRecord
 
 
 @dataclass(frozen=True, slots=True)

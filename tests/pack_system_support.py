@@ -1,6 +1,6 @@
 """
 Support for the pack system tests: L{PackCase}, a test that builds a LAN of
-network namespaces (L{malamute_pack.bench.netns.Lan}), runs one real broker
+network namespaces (L{malamute_pack.testing.netns.Lan}), runs one real broker
 per host in a pack (``--pack test``, beacons on C{eth0} or gossip only) and
 waits until every broker has seen every other join; and L{AgentProcess},
 a client (C{tests/pack_agent.py}) running on one of those hosts, driven by
@@ -29,13 +29,13 @@ from typing import Any, ClassVar
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.testing.brokerprocess import (
     PROJECT_ROOT,
     BrokerProcess,
     checkout_environment,
     python_command,
 )
-from malamute_pack.bench.netns import Host, Lan, netns_available
+from malamute_pack.testing.netns import Host, Lan, netns_available
 from tests.support import skip_slow
 
 # The pack every test's brokers join.

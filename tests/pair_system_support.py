@@ -37,10 +37,10 @@ from typing import Any, ClassVar
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.testing.brokerprocess import (
     BrokerProcess,
 )
-from malamute_pack.bench.netns import Host, Lan, netns_available
+from malamute_pack.testing.netns import Host, Lan, netns_available
 from tests import client_job
 from tests.support import skip_slow
 

@@ -3,7 +3,7 @@ Support for slow system tests: raw blocking DEALER peers that speak the
 protocol through the codec (deliberately not the project's client
 library), and L{SystemCase}, a test case with a directory and a ZeroMQ
 context that starts brokers as real processes
-(L{malamute_pack.bench.brokerprocess.BrokerProcess}).
+(L{malamute_pack.testing.brokerprocess.BrokerProcess}).
 
 Tests: used by the ``tests/system/test_system_*.py`` modules.
 """
@@ -16,8 +16,8 @@ from time import monotonic
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess
 
 
 class Peer:

@@ -4,7 +4,7 @@ line of figures each (``scenario=NAME journal=on|off n=N secs=S
 msgs_per_s=R lost=L`` and the scenario's extras).
 
 Without ``--endpoint`` it starts its own brokers
-(L{malamute_pack.bench.brokerprocess}), each on a fresh ipc endpoint with a
+(L{malamute_pack.testing.brokerprocess}), each on a fresh ipc endpoint with a
 long heartbeat timeout and a fresh data directory, and stops them
 afterwards, checking that each shut down cleanly:
 by default (``--journal both``) one with ``--no-journal`` that plays the
@@ -81,6 +81,11 @@ passwords against a broker of ours while the right user logs in from the
 same address, and measures the broker's CPU: see
 L{malamute_pack.bench.bruteforce}.
 
+``python -m malamute_pack.bench spark ...`` measures how fast Spark reads
+a broker's stream through the ``malamute`` data source, and the ticker
+plant's latency (PySpark needed: the ``spark`` extra): see
+L{malamute_pack.bench.spark} and its C{--help}.
+
 Tests: ``tests/system/test_bench.py``.
 """
 
@@ -99,7 +104,6 @@ from malamute_pack.bench import bruteforce, floor, pack, scale
 from malamute_pack.bench import multicast as multicast_bench
 from malamute_pack.bench import ops as ops_bench
 from malamute_pack.bench import pair as pair_bench
-from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
 from malamute_pack.bench.compare import DEFAULT_ROUNDS, OTHER, OURS, run_comparison
 from malamute_pack.bench.load import DEFAULT_WINDOW
 from malamute_pack.bench.plays import Choices, Target, play
@@ -119,6 +123,7 @@ from malamute_pack.bench.scenarios import (
     journal_cost_lines,
     plan,
 )
+from malamute_pack.testing.brokerprocess import BrokerError, BrokerProcess
 
 # The heartbeat timeout of the brokers it starts: long enough that no load
 # process is expired for silence during a run.
@@ -291,6 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return floor.main(arguments[1:])
     if arguments[:1] == ["bruteforce"]:
         return bruteforce.main(arguments[1:])
+    if arguments[:1] == ["spark"]:
+        # Imported only here: PySpark is an optional extra (malamute_pack[spark]).
+        from malamute_pack.bench import spark as spark_bench
+
+        return spark_bench.main(arguments[1:])
     args = parse(arguments)
     names = args.scenario or list(STREAM_SCENARIOS if args.profile else DEFAULT_SCENARIOS)
     profile = args.profile.resolve() if args.profile else None

@@ -3,7 +3,7 @@
 passwords against a broker of ours, what it costs the broker, and how fast
 the right user still gets in from the same address.
 
-It starts a broker (L{malamute_pack.bench.brokerprocess}) with a password
+It starts a broker (L{malamute_pack.testing.brokerprocess}) with a password
 file, on ``tcp://127.0.0.1:*``, without a journal, with its management
 API on loopback. An attacker process then tries C{--attempts} wrong
 passwords for one user from 127.0.0.1, C{--concurrency} at a time, as an
@@ -58,9 +58,9 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 from zmq.utils.monitor import recv_monitor_message
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from malamute_pack.bench.multicast.counters import cpu_seconds
 from malamute_pack.client import BlockingClient, BrokerUnreachableError
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess
 
 USER: Final = "alice"
 PASSWORD: Final = "wonderland"

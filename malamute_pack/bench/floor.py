@@ -16,7 +16,7 @@ On an idle virtual machine most of a round trip is the wake-up of the
 processes and of ZeroMQ's I/O threads, not work: compare ratios measured
 in one sitting.
 
-Tests: ``tests/unit/test_bench_floor.py``.
+Tests: ``tests/system/test_bench_floor.py``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from time import monotonic
 
 import zmq
 
-from malamute_pack.bench.brokerprocess import fresh_ipc_endpoint
 from malamute_pack.bench.percentiles import latency_figures
+from malamute_pack.testing.brokerprocess import fresh_ipc_endpoint
 
 PAYLOAD = b"x" * 100
 STOP = b""

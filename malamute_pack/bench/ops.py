@@ -30,9 +30,9 @@ from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 from pathlib import Path
 
-from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
 from malamute_pack.bench.load import Job
 from malamute_pack.bench.scenarios import SCENARIOS, BenchError, run
+from malamute_pack.testing.brokerprocess import BrokerError, BrokerProcess
 
 HTTP = "tcp:0:interface=127.0.0.1"
 # What a dashboard asks for every POLL_INTERVAL seconds.

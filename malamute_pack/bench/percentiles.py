@@ -2,7 +2,7 @@
 Latency figures for the benchmarks: percentiles by nearest rank, in
 microseconds, named as every benchmark line prints them.
 
-Tests: ``tests/unit/test_bench_floor.py``.
+Tests: ``tests/system/test_bench_floor.py``.
 """
 
 from __future__ import annotations

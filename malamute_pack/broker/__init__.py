@@ -5,27 +5,34 @@ from an injected clock.
 
 What each module holds:
 
-- C{session}: how the model meets the parties connected to it: the
-  L{Session} interface it answers and delivers through (the session's
-  dialect decides encoding and policy, L{Hold}), and the L{Receiver}
-  interface transports feed.
+- C{session}: the L{Session} interface the model answers and delivers
+  through (L{Hold}: what a delivery leaves held), L{PartySession} and the
+  L{Receiver} interface transports feed.
 - C{broker}: L{Broker}, the receiver: runs the state table's actions for
   each message from a session.
 - C{machine}: the per-session state table (state, event -> actions, next
   state), in the manner of the C broker's ``mlm_server.xml``.
 - C{registry}: who is connected: connections by session and by address.
 - C{connection}: what the model keeps for one open session.
-- C{streams} (every stream, writing and delivery, live and from the
-  journal) and C{stream} (one stream and its readers).
-- C{post_office} (mailboxes and service queues: store, receipt, deliver,
-  hold, requeue, expire), C{service} (one service and its workers),
-  C{letters} (letters and their bounded queues), C{deadlines}, C{receipts}
-  (what a letter's sender is owed, in send order).
-- C{store}: the L{Store} interface and its records, which the journal
-  implements; C{limits}: every bound; C{errors}: L{Refused}.
-- C{access}: who may do what (the access-control file, address
-  ownership); C{stalled}: connections that do not drain, retried;
-  C{log_limit}: lines per second per kind of event clients can cause.
+- C{streams}: every stream: writing, live delivery, delivery from the journal.
+- C{stream}: one stream, its readers indexed by pattern, its counters.
+- C{appends}: the keys of idempotent appends, written and being written.
+- C{ranges}: bulk reads of retained records (STREAM_QUERY, STREAM_READ_RANGE).
+- C{post_office}: mailboxes and service queues: store, receipt, deliver,
+  hold, requeue, expire.
+- C{service}: one service: its queue and its workers indexed by pattern.
+- C{letters}: letters and their bounded queues.
+- C{deadlines}: letters' deadlines and service requests' leases.
+- C{receipts}: what a letter's sender is owed, in send order.
+- C{interests}: what local readers, addresses and workers want, for the pack.
+- C{access}: who may do what (the access-control file, address ownership).
+- C{stalled}: connections that do not drain, retried.
+- C{log_limit}: log lines per second per kind of event clients can cause.
+- C{limits}: every bound, configurable.
+- C{errors}: L{Refused}, what an action raises when it cannot act.
+
+The model stores through L{malamute_pack.store.Store}, which the journal
+implements.
 
 How a message flows: a transport decodes frames and calls
 C{Broker.receive(session, message)}; the broker finds the session's

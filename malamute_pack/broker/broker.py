@@ -50,9 +50,9 @@ from malamute_pack.broker.ranges import Ranges
 from malamute_pack.broker.registry import Registry
 from malamute_pack.broker.session import Session
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.store import QueuedRecord, Store, StreamRecord
 from malamute_pack.broker.streams import Streams
 from malamute_pack.protocol import chunks, mlm
+from malamute_pack.store import QueuedRecord, Store, StreamRecord
 
 _log = Logger()
 

@@ -40,9 +40,9 @@ from malamute_pack.broker.registry import Registry
 from malamute_pack.broker.service import Service
 from malamute_pack.broker.session import Hold
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.store import QueuedRecord, Store, StoreError
 from malamute_pack.broker.streams import check_pattern
 from malamute_pack.protocol import mlm
+from malamute_pack.store import QueuedRecord, Store, StoreError
 
 _log = Logger()
 

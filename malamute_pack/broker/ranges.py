@@ -27,9 +27,9 @@ from twisted.python.failure import Failure
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.store import ChunkRow, Store
 from malamute_pack.matching import Pattern, PatternError, parse_pattern
 from malamute_pack.protocol import mlm
+from malamute_pack.store import ChunkRow, Store
 
 _log = Logger()
 

@@ -23,8 +23,8 @@ from typing import Protocol
 
 from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.receipts import Receipt
-from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm
+from malamute_pack.store import ChunkRow, StreamRecord
 
 
 class Hold(enum.Enum):

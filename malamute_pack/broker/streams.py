@@ -17,7 +17,8 @@ Every delivery is one call of the reader's session with a L{StreamRecord};
 a live fan-out hands the same record to every reader, so each dialect
 encodes it once.
 
-Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py``.
+Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py``,
+``tests/unit/test_broker_known_streams.py``.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.limits import longer_than
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.store import Store, StoreError, StreamRecord
 from malamute_pack.broker.stream import Stream
 from malamute_pack.matching import PatternError, validate_pattern
 from malamute_pack.protocol import mlm
+from malamute_pack.store import Store, StoreError, StreamRecord
 
 _log = Logger()
 
@@ -94,6 +95,15 @@ class Streams:
         self.delivered = 0
         self.dropped = 0
         self.gaps = 0
+
+    def restore(self, names: Iterable[str]) -> None:
+        """
+        Know the streams C{names} (those a journal holds, once it opens):
+        listed with the others from the start, as if a client had named
+        them, though nobody reads or writes them yet.
+        """
+        for name in names:
+            self.require(name)
 
     def require(self, name: str) -> Stream:
         stream = self.streams.get(name)

@@ -6,7 +6,7 @@ L{ConnectionSettings} and its own arguments, writes to stdout (messages,
 tables) and stderr (what it did), and returns the exit status; a failure
 it can explain is a L{CommandError}.
 
-Tests: ``tests/system/test_cli.py``.
+Tests: ``tests/system/test_cli.py``, ``tests/system/test_cli_tail.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from typing import Any, Final
 
 from malamute_pack.cli.connection import (
+    NAME_HINT,
     ConnectionSettings,
     open_bulk,
     open_client,
@@ -85,11 +86,20 @@ def tail(
 ) -> int:
     """
     Print C{stream}'s messages whose subjects C{pattern} finds, from
-    C{start}, as they come (C{count} of them, or until interrupted).
+    C{start}, as they come (C{count} of them, or until interrupted). A
+    stream with no record yet is waited for, saying so once on stderr
+    (its name may be a typo).
     """
-    if start.whence != mlm.LATEST:
-        with open_bulk(settings) as bulk:
+    with open_bulk(settings) as bulk:
+        if start.whence != mlm.LATEST:
             stream_with_records(bulk, stream, "; use --from latest to wait for the first")
+        elif bulk.status(stream, mlm.EARLIEST).last == 0:
+            print(
+                f"waiting for the first record of stream {stream!r}, which has none yet"
+                f" ({NAME_HINT})",
+                file=sys.stderr,
+                flush=True,
+            )
     shown = 0
     with open_client(settings) as client:
         client.set_consumer(stream, pattern, start.whence, start.value)

@@ -238,12 +238,13 @@ def open_bulk(settings: ConnectionSettings) -> BulkClient:
         raise CommandError(explain(e, settings)) from None
 
 
+# What a stream that has never had a record usually means.
+NAME_HINT: Final = "is the name right? `malamute streams` lists them"
+
+
 def stream_with_records(bulk: BulkClient, stream: str, hint: str = "") -> StreamStatus:
     """C{stream}'s status; CommandError if it has never had a record (a wrong name, usually)."""
     status = bulk.status(stream, mlm.EARLIEST)
     if status.last == 0:
-        raise CommandError(
-            f"stream {stream!r} has no records (is the name right? `malamute streams` "
-            f"lists them){hint}"
-        )
+        raise CommandError(f"stream {stream!r} has no records ({NAME_HINT}){hint}")
     return status

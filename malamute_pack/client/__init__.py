@@ -8,8 +8,11 @@ What each module holds:
   (C{options=} and/or keyword overrides, resolved in one place).
 - C{facade}: the API both drivers share (commands, sends with their
   STORED, credit, confirm, done, the state they report), written once.
-- C{reactor_client}, C{blocking}: the drivers; only their I/O differs
-  (Deferreds and L{ZmqSocket} in the reactor; a C{zmq.Poller} loop).
+- C{reactor_client}: L{MalamuteClient}, the driver for Twisted (Deferreds,
+  L{ZmqSocket} in the reactor).
+- C{blocking}: L{BlockingClient}, the driver for scripts (a C{zmq.Poller} loop).
+- C{bulk}: L{malamute_pack.client.bulk.BulkClient}, blocking bulk reads and
+  idempotent appends (the Spark source's and C{malamute export}'s).
 - C{dealer}: the DEALER socket both connect through.
 - C{monitor}: with several endpoints, the DEALER's socket monitor: its
   connection up (CONNECTION_OPEN can go) or broken (move on at once).
@@ -23,11 +26,15 @@ What each module holds:
   command outstanding, a queue, reopen and replay, close.
 - C{subscriptions}: accepted settings and the replay plan (resume positions).
 - C{outbox}: messages sent or held, STORED matched in send order.
-- C{inbox}: deliveries, dedupe (C{dedupe}), DONE and trackers.
-- C{heartbeat}, C{credit}: pings and the silence timer; flow control.
-- C{events}, C{errors}: what the application receives, and what it catches
-  (L{AuthenticationRefusedError}: the broker refused the credentials;
-  L{WrongServerKeyError}: a CURVE client's key for the broker is wrong).
+- C{inbox}: deliveries, DONE and trackers.
+- C{dedupe}: what a version 2 client already handed over, dropped if sent again.
+- C{heartbeat}: pings and the silence timer.
+- C{credit}: flow control: credit granted, used and still to send.
+- C{events}: what the application receives (L{Delivery}, L{Confirmation},
+  L{Gap}).
+- C{errors}: what it catches (L{AuthenticationRefusedError}: the broker
+  refused the credentials; L{WrongServerKeyError}: a CURVE client's key
+  for the broker is wrong).
 
 How a message flows. Out: an API call on a driver -> the facade -> the
 core (a command to the channel, a send to the outbox) -> frames encoded by

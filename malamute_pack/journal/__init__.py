@@ -3,11 +3,38 @@ The SQLite journal of malamute_pack: stream messages with per-stream
 sequence numbers and retention, and durable mailbox and service-queue
 messages, written by one writer thread with group commit.
 
-This module re-exports the public API. Tests: ``tests/unit/test_journal_*.py``.
+This module re-exports the public API. Its modules:
+
+- C{journal}: L{Journal}, the facade the broker uses from the reactor
+  thread, composed of the parts below.
+- C{opening}: open a file, check its identity, migrate, recover (L{Recovered}).
+- C{identity}: the journal's identity and the data directory's marker.
+- C{schema}: the SQLite schema and its migrations.
+- C{sequencing}: sequence numbers and ids handed out at once; the
+  uncommitted tail.
+- C{handover}: the hand-over to the writer thread and its reports back.
+- C{writer}: the writer thread, the only code that writes (group commit).
+- C{reads}: the SQL that reads a journal file.
+- C{reader}: the reader thread that runs those reads.
+- C{replica}: a pair's replication hooks (positions, shipper, hold).
+- C{backlog}: backpressure: bytes handed to the writer and not yet back.
+- C{pruning}: retention applied, by a C{LoopingCall} or on demand.
+- C{retention}: the retention policy and the prune step.
+- C{records}: stream and queued records as rows; content frames as a BLOB.
+- C{config}: L{JournalConfig}: group commit, durability, retention, pruning.
+- C{errors}: L{JournalError}, every SQLite failure.
+- C{service}: L{malamute_pack.journal.service.JournalService}: opened when
+  the broker starts, flushed and closed when it stops.
+- C{feature}: the journal as a feature: its settings, keys and options.
+- C{bench}: the journal's throughput benchmark
+  (C{python -m malamute_pack.journal.bench}).
+
+Tests: ``tests/unit/test_journal_*.py``.
 """
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.feature import FEATURE
 from malamute_pack.journal.identity import JOURNAL_MARKER, JournalIdentityError
 from malamute_pack.journal.journal import Journal, JournalCounters, Recovered
 from malamute_pack.journal.records import (
@@ -21,6 +48,7 @@ from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
 
 __all__ = [
     "DEFAULT_RETENTION",
+    "FEATURE",
     "JOURNAL_MARKER",
     "QUEUED_KINDS",
     "SYNCHRONOUS_LEVELS",

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
-from malamute_pack.broker.store import StoreError
+from malamute_pack.store import StoreError
 
 # SQLite's primary result codes that say the storage failed, whatever was
 # being written: retrying the records one by one would only fail them all.

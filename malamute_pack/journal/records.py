@@ -1,6 +1,6 @@
 """
 What the journal stores: stream records and queued (mailbox and service)
-records (the types the broker model defines in L{malamute_pack.broker.store}),
+records (the types the broker model defines in L{malamute_pack.store}),
 as rows, and the one encoding of a message's content frames as a BLOB.
 
 A BLOB is the frames one after another, each preceded by its length as a
@@ -14,24 +14,21 @@ Tests: ``tests/unit/test_journal_records.py``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, TypeAlias
-
-# Re-exported: the journal speaks of them as its own records.
-from malamute_pack.broker.store import QueuedRecord as QueuedRecord
-from malamute_pack.broker.store import StreamRecord as StreamRecord
+from typing import Final
 
 # The encoding of a message's frames that the protocol's bulk messages share.
 from malamute_pack.protocol.chunks import decode_frames as decode_frames
 from malamute_pack.protocol.chunks import encode_frames as encode_frames
 
+# A stream message as the writer inserts it (defined with the pair link's
+# codec, which carries it).
+from malamute_pack.protocol.records import StreamRow as StreamRow
+
+# Re-exported: the journal speaks of them as its own records.
+from malamute_pack.store import QueuedRecord as QueuedRecord
+from malamute_pack.store import StreamRecord as StreamRecord
+
 QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
-
-
-# A stream message as the writer inserts it, built once in the reactor thread
-# so the writer thread does no per-message Python work beyond binding it:
-# (stream, seq, timestamp, sender, subject, content BLOB, BLOB size, origin,
-# origin_seq), in the order of the writer's INSERT columns.
-StreamRow: TypeAlias = tuple[str, int, float, str, str, bytes, int, str, int]
 
 
 def stream_row(

@@ -21,19 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """
-    Limits on one stream's journal; ``None`` means no limit of that kind.
-    ``max_bytes`` counts each record's stored content (its frames plus 4
-    bytes of length per frame), not its subject or sender.
-    """
-
-    max_count: int | None = None
-    max_age_s: float | None = None
-    max_bytes: int | None = None
-
+# The policy: defined with the pair link's codec, which carries it.
+from malamute_pack.protocol.records import RetentionPolicy as RetentionPolicy
 
 DEFAULT_RETENTION: Final = RetentionPolicy(
     max_count=1_000_000, max_age_s=7 * 24 * 3600.0, max_bytes=1 << 30

@@ -41,7 +41,11 @@ Tables:
   it was claimed, written by the journal's writer in the order of writes
   and read back when the journal opens (:mod:`malamute_pack.journal.journal`).
 
-Tests: ``tests/unit/test_journal_schema.py``, ``tests/unit/test_journal_origin.py``.
+The schema is made with sqlite-utils, imported without the pandas and
+numpy it would load (:mod:`malamute_pack.blocked_imports`).
+
+Tests: ``tests/unit/test_journal_schema.py``, ``tests/unit/test_journal_origin.py``,
+``tests/system/test_broker_footprint.py``.
 """
 
 from __future__ import annotations
@@ -52,7 +56,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from sqlite_utils import Database
+from malamute_pack.blocked_imports import blocked_imports
+
+# sqlite-utils imports pandas and numpy when they are installed (the Spark
+# extra installs them), for column types the journal never uses: the
+# broker goes without (malamute_pack.blocked_imports).
+with blocked_imports("pandas", "numpy"):
+    from sqlite_utils import Database
 
 QUEUED_LAST_ID: Final = "queued_last_id"
 # 1 while a journal has the database open, 0 after a clean close: finding 1

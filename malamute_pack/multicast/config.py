@@ -21,7 +21,7 @@ import dataclasses
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,6 +41,12 @@ MULTICAST: Final = {"epgm": "pgm", "pgm": "pgm", "norm": "norm"}
 _PREFIXES = ("null", "plain", "curve")
 _URL = re.compile(r"(?P<scheme>[a-z]+)://(?P<rest>.+)")
 _GROUP = re.compile(r"(?:[^;]*;)?(?P<group>[0-9.]+):(?P<port>[0-9]+)")
+
+# The config file's keys under malamute/bridge/ (out and in repeat).
+CONFIG_KEYS: Final = tuple(
+    f"malamute/bridge/{key}"
+    for key in ("out", "in", "rate", "recovery", "hops", "endpoint", "source", "origin")
+)
 
 FIX: Final = (
     "install Debian's libzmq3-dev and build pyzmq against it:"
@@ -218,7 +224,7 @@ def _number(key: str, value: str) -> int:
         raise BridgeConfigError(f"{key}: {value!r} is not a whole number") from None
 
 
-def from_zpl(config: dict[str, list[str]], base: BridgeSettings) -> BridgeSettings:
+def from_zpl(config: Mapping[str, list[str]], base: BridgeSettings) -> BridgeSettings:
     """
     C{base} with what the C{malamute/bridge/} keys of a config file give:
     C{out} and C{in} (repeatable), C{rate} (kbit/s), C{recovery} (ms),

@@ -52,11 +52,11 @@ from twisted.logger import Logger
 from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.limits import longer_than
 from malamute_pack.broker.log_limit import LogLimit
-from malamute_pack.broker.store import StreamRecord
 from malamute_pack.broker.streams import NOTICE
 from malamute_pack.multicast.sessions import InboundSession
 from malamute_pack.protocol import multicast
 from malamute_pack.protocol.multicast import Header
+from malamute_pack.store import StreamRecord
 
 _log = Logger()
 

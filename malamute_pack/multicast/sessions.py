@@ -21,8 +21,8 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.session import PartySession
-from malamute_pack.broker.store import StreamRecord
 from malamute_pack.multicast.publisher import Publisher
+from malamute_pack.store import StreamRecord
 
 _log = Logger()
 

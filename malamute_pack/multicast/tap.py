@@ -11,6 +11,7 @@ Tests: ``tests/unit/test_multicast_tap.py``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,21 +80,36 @@ class BridgeOptionsMixin:
     def bridge_settings(self, base: BridgeSettings) -> BridgeSettings:
         """C{base} (from a config file) with what the options give."""
         options: dict[str, Any] = self  # type: ignore[assignment]
-        changes: dict[str, object] = {}
-        if options.get("bridge-out"):
-            changes["outbound"] = tuple(map(config.parse_outbound, options["bridge-out"]))
-        if options.get("bridge-in"):
-            changes["inbound"] = tuple(map(config.parse_inbound, options["bridge-in"]))
-        for option, name in (
-            ("bridge-rate", "rate_kbps"),
-            ("bridge-recovery", "recovery_ms"),
-            ("bridge-hops", "hops"),
-            ("bridge-endpoint", "endpoint"),
-            ("bridge-source", "source"),
-        ):
-            if options.get(option) is not None:
-                changes[name] = options[option]
-        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+        return bridge_settings(options, base)
+
+
+class BrokerBridgeOptions(BridgeOptionsMixin):
+    """The bridges' options of C{twistd malamute}: the mixin with the C{BRIDGE_PARAMETERS}."""
+
+    optParameters = BRIDGE_PARAMETERS
+
+
+def bridge_settings(options: Mapping[str, Any], base: BridgeSettings) -> BridgeSettings:
+    """
+    C{base} (from a config file) with what the bridges' C{options} give.
+
+    @raise BridgeConfigError: a C{--bridge-out} or C{--bridge-in} that is not one.
+    """
+    changes: dict[str, object] = {}
+    if options.get("bridge-out"):
+        changes["outbound"] = tuple(map(config.parse_outbound, options["bridge-out"]))
+    if options.get("bridge-in"):
+        changes["inbound"] = tuple(map(config.parse_inbound, options["bridge-in"]))
+    for option, name in (
+        ("bridge-rate", "rate_kbps"),
+        ("bridge-recovery", "recovery_ms"),
+        ("bridge-hops", "hops"),
+        ("bridge-endpoint", "endpoint"),
+        ("bridge-source", "source"),
+    ):
+        if options.get(option) is not None:
+            changes[name] = options[option]
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 class Options(BridgeOptionsMixin, OneLineOptions):

@@ -47,9 +47,9 @@ from twisted.web.error import UnsupportedMethod
 from malamute_pack.broker.access import ADMIN, MONITOR, AccessControl, AccessPolicy
 from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.ops.admin import Admin, AdminError
+from malamute_pack.ops.config import OpsView
 from malamute_pack.ops.metrics import CONTENT_TYPE, MetricsRenderer
 from malamute_pack.ops.stats import SECTIONS, Statistics
-from malamute_pack.settings import Settings
 from malamute_pack.text import plural
 from malamute_pack.transport.zap import check_plain, load_passwords
 
@@ -132,7 +132,7 @@ class HttpAccess:
     @classmethod
     def from_settings(
         cls,
-        settings: Settings,
+        settings: OpsView,
         access_control: AccessControl | None,
         clock: IReactorTime | None = None,
     ) -> HttpAccess:

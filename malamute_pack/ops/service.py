@@ -26,9 +26,10 @@ from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import Broker
 from malamute_pack.journal import Journal
 from malamute_pack.ops.admin import Admin
+from malamute_pack.ops.config import OpsView
+from malamute_pack.ops.listen_hint import cannot_listen
 from malamute_pack.ops.management import ManagementSession
 from malamute_pack.ops.stats import Statistics
-from malamute_pack.settings import Settings
 from malamute_pack.startup import StartupError
 from malamute_pack.text import plural
 
@@ -69,8 +70,8 @@ class OperationsService(MultiService):
     The broker's operations: statistics, C{$broker}, the counters' log
     line and the management API.
 
-    @ivar statistics: the L{Statistics} (its C{pack}, C{pair} and
-        C{bridges} set by the tap when they exist).
+    @ivar statistics: the L{Statistics} (the features that run shown
+        there by the tap: L{malamute_pack.ops.feature}).
     @ivar admin: the L{Admin} actions.
     @ivar management: the C{$broker} session, while running.
     @ivar port: the management API's listening port, once listening.
@@ -82,7 +83,7 @@ class OperationsService(MultiService):
         reactor: Any,
         broker: Broker,
         journal: Journal | None,
-        settings: Settings,
+        settings: OpsView,
         routers: Sequence[RouterService] = (),
         access: AccessControl | None = None,
     ) -> None:
@@ -116,11 +117,7 @@ class OperationsService(MultiService):
                 return f"not bound to {', '.join(router.endpoints)} yet"
         if self._journal is not None and not self._journal.is_open:
             return "the journal is not open"
-        pair = self.statistics.pair
-        if pair is not None and not pair.gate.is_open:
-            status = pair.status()
-            return f"this broker is the pair's {status.role} and {status.state}, not active"
-        return None
+        return self.statistics.not_ready()
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
@@ -163,11 +160,7 @@ class OperationsService(MultiService):
         failed: list[Failure] = []
         done = listening.addCallbacks(self._listened, failed.append)
         if failed:
-            raise StartupError(
-                f"management API: cannot listen on {description}:"
-                f" {failed[0].getErrorMessage()} (give --http another endpoint, such as"
-                " tcp:8180:interface=127.0.0.1)"
-            )
+            raise StartupError(cannot_listen(description, failed[0]))
         return done.addErrback(self._listen_failed, description)
 
     def _listened(self, port: IListeningPort) -> None:

@@ -31,14 +31,12 @@ from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.letters import LetterQueue
 from malamute_pack.broker.limits import Limits
+from malamute_pack.feature import Shown
 from malamute_pack.journal import Journal
+from malamute_pack.ops.config import OpsView
 from malamute_pack.ops.rates import Rates
-from malamute_pack.settings import Settings
 
 if TYPE_CHECKING:
-    from malamute_pack.multicast.service import BridgeService
-    from malamute_pack.pack.service import PackService
-    from malamute_pack.pair.service import PairService
     from malamute_pack.transport.zap import ZapHandler
 
 _log = Logger()
@@ -59,6 +57,11 @@ SECTIONS: Final = (
 
 # The counters whose rates are kept (overview "rates", and "history").
 RATED: Final = ("stream_messages", "stream_deliveries", "mailbox_messages", "service_requests")
+
+# The sections the features show (L{Statistics.show}), and what each is
+# while its feature does not run.
+FEATURE_SECTIONS: Final = ("pack", "pair", "bridges")
+_OFF: Final = {"enabled": False}
 
 # Seconds between samples.
 SAMPLE_INTERVAL: Final = 1.0
@@ -86,9 +89,8 @@ class Statistics:
     """
     What the broker shows of itself, section by section (L{SECTIONS}).
 
-    @ivar pack: the pack's service, when this broker is in a pack.
-    @ivar pair: the pair's service, when this broker is one of a pair.
-    @ivar bridges: the multicast bridges' service, when there are bridges.
+    @ivar shown: what each feature that runs shows, by section
+        (L{FEATURE_SECTIONS}; L{show}).
     @ivar zap: the ZAP handler, when endpoints or links authenticate (its
         counters and throttle are exported as metrics).
     @ivar bound: the endpoints the broker's sockets are bound to, as
@@ -101,17 +103,14 @@ class Statistics:
         clock: IReactorTime,
         broker: Broker,
         journal: Journal | None,
-        settings: Settings,
+        settings: OpsView,
         started: float | None = None,
     ) -> None:
         self._clock = clock
         self._broker = broker
         self._journal = journal
-        self._settings = settings
         self.started = clock.seconds() if started is None else started
-        self.pack: PackService | None = None
-        self.pair: PairService | None = None
-        self.bridges: BridgeService | None = None
+        self.shown: dict[str, Shown] = {}
         self.zap: ZapHandler | None = None
         self.bound: Callable[[], list[str]] = lambda: list(settings.endpoints)
         self._rates = Rates()
@@ -122,6 +121,37 @@ class Statistics:
         self._loop = LoopingCall(self.sample)
         self._loop.clock = clock
         self._process = psutil.Process(os.getpid())
+
+    def show(self, name: str, shown: Shown) -> None:
+        """Show a feature that runs as the section C{name} (one of L{FEATURE_SECTIONS})."""
+        self.shown[name] = shown
+
+    def _service(self, name: str) -> object | None:
+        shown = self.shown.get(name)
+        return shown.service if shown is not None else None
+
+    @property
+    def pack(self) -> object | None:
+        """The pack's service, when this broker is in a pack."""
+        return self._service("pack")
+
+    @property
+    def pair(self) -> object | None:
+        """The pair's service, when this broker is one of a pair."""
+        return self._service("pair")
+
+    @property
+    def bridges(self) -> object | None:
+        """The multicast bridges' service, when there are bridges."""
+        return self._service("bridges")
+
+    def not_ready(self) -> str | None:
+        """Why a feature keeps the broker from serving (a pair's passive), or None."""
+        for shown in self.shown.values():
+            reason = shown.not_ready()
+            if reason is not None:
+                return reason
+        return None
 
     # Sampling
 
@@ -384,67 +414,18 @@ class Statistics:
             "refused": dict(self._broker.counters.by_reason),
         }
 
+    def _feature(self, name: str) -> dict[str, Any]:
+        shown = self.shown.get(name)
+        return shown.section() if shown is not None else dict(_OFF)
+
     def pack_status(self) -> dict[str, Any]:
-        service = self.pack
-        if service is None:
-            return {"enabled": False}
-        pack = service.pack
-        zyre = service.zyre
-        if pack is None:  # not started (or a pair's passive broker)
-            return {
-                "enabled": True,
-                "running": False,
-                "name": self._settings.pack.name,
-                "members": [],
-            }
-        members = []
-        for uuid, peer in pack.peers.items():
-            node_peer = zyre.node.peers.get(uuid) if zyre is not None else None
-            members.append(
-                {
-                    "name": peer.name,
-                    "id": peer.origin,
-                    "endpoint": getattr(node_peer, "endpoint", None),
-                    "streams": len(peer.connection.reading),
-                    "addresses": len(peer.addresses),
-                }
-            )
-        refused: dict[str, int] = {}
-        if zyre is not None:
-            node = zyre.node.counters
-            refused = {
-                "not_listed": node.not_listed,
-                "no_key": node.no_key,
-                "key_mismatches": node.key_mismatches,
-                "keys_dropped": node.keys_dropped,
-            }
-        return {
-            "enabled": True,
-            "running": True,
-            "name": pack.name,
-            "broker_id": pack.broker_id,
-            "endpoint": zyre.endpoint if zyre is not None else None,
-            "curve": zyre is not None and zyre.curve is not None,
-            "members": members,
-            "counters": dataclasses.asdict(pack.counters),
-            # CURVE: the nodes turned away, by reason (docs/security.md).
-            "refused": refused,
-        }
+        return self._feature("pack")
 
     def pair_status(self) -> dict[str, Any]:
-        if self.pair is None:
-            return {"enabled": False}
-        return {
-            "enabled": True,
-            **dataclasses.asdict(self.pair.status()),
-            # Its link's security and counters, strangers refused included.
-            "link": dataclasses.asdict(self.pair.link.status()),
-        }
+        return self._feature("pair")
 
     def bridges_status(self) -> dict[str, Any]:
-        if self.bridges is None:
-            return {"enabled": False}
-        return {"enabled": True, **self.bridges.status()}
+        return self._feature("bridges")
 
     def history(self) -> list[dict[str, Any]]:
         """The last 300 one-second samples of the rates, oldest first."""

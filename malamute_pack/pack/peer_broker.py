@@ -26,10 +26,10 @@ from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.limits import check_name, longer_than
 from malamute_pack.broker.log_limit import LogLimit
-from malamute_pack.broker.store import StreamRecord
 from malamute_pack.pack.outbox import PeerOutbox
 from malamute_pack.pack.sessions import PeerSession, RemoteHolder
 from malamute_pack.protocol import mlm, packlink
+from malamute_pack.store import StreamRecord
 
 _log = Logger()
 

@@ -31,9 +31,9 @@ from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.log_limit import OncePer
 from malamute_pack.datadir import pack_identity
 from malamute_pack.journal import Journal
+from malamute_pack.pack.config import PackSettings
 from malamute_pack.pack.federation import HEADER_PACK, HEADER_PROTOCOL, PROTOCOL, Pack
 from malamute_pack.pack.zyre import MAX_FRAME_BYTES, Zyre
-from malamute_pack.settings import PackSettings
 from malamute_pack.transport.curve import LinkCurve
 
 _log = Logger()

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Final
 
 from malamute_pack.broker.session import Receiver, Session
-from malamute_pack.broker.store import StreamRecord
 from malamute_pack.protocol import mlm
+from malamute_pack.store import StreamRecord
 
 # The status a broker that is not active answers with.
 NOT_ACTIVE: Final = mlm.NOT_ACTIVE

@@ -60,7 +60,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from malamute_pack.broker.access import AccessPolicy, Glob, Right
-from malamute_pack.broker.store import QueuedRecord
 from malamute_pack.journal.journal import Journal
 from malamute_pack.journal.records import StreamRow
 from malamute_pack.journal.schema import QUEUED_LAST_ID
@@ -75,6 +74,7 @@ from malamute_pack.journal.writer import (
     WriteOp,
 )
 from malamute_pack.protocol import pair as wire
+from malamute_pack.store import QueuedRecord
 from malamute_pack.transport.security import ClientSecurity
 
 _log = Logger()

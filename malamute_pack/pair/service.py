@@ -64,6 +64,7 @@ from twisted.python.failure import Failure
 from malamute_pack.broker.session import Receiver
 from malamute_pack.journal.journal import Journal, Recovered
 from malamute_pack.pair.check import write_state
+from malamute_pack.pair.config import PairSettings
 from malamute_pack.pair.gate import ClientGate
 from malamute_pack.pair.link import PairLink
 from malamute_pack.pair.machine import Action, Event, PairMachine, Role, State, Transition
@@ -78,7 +79,6 @@ from malamute_pack.pair.replication import (
     set_state,
 )
 from malamute_pack.protocol import pair as wire
-from malamute_pack.settings import PairSettings
 from malamute_pack.transport.curve import LinkCurve
 from malamute_pack.transport.security import ClientSecurity, SecurityService
 

@@ -18,11 +18,12 @@ Tests: ``tests/unit/test_protocol_mlm.py``.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from functools import partial
-from typing import ClassVar, Final, NoReturn, cast
+from typing import ClassVar, Final
+
+from malamute_pack.protocol import zproto
+from malamute_pack.protocol.errors import Malformed
 
 SIGNATURE: Final = b"\xaa\xa8"
 
@@ -36,7 +37,7 @@ INTERNAL_ERROR: Final = 502
 NOT_ACTIVE: Final = 503
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(Malformed):
     """
     Raised for any input that is not a well-formed MLM message: a short
     frame, a wrong signature, an unknown id, a length that runs past the end
@@ -64,7 +65,12 @@ class InvalidText(MalformedMessage):
 
 # Field kinds: a string (u8 length), a number2 (u16), a number4 (u32), and,
 # in version 2 messages only, a number8 (u64).
-_STRING, _NUMBER2, _NUMBER4, _NUMBER8 = "s", "2", "4", "8"
+_STRING, _NUMBER2, _NUMBER4, _NUMBER8 = (
+    zproto.STRING,
+    zproto.NUMBER2,
+    zproto.NUMBER4,
+    zproto.NUMBER8,
+)
 
 
 @dataclass(slots=True)
@@ -532,12 +538,30 @@ MESSAGE_NAMES: Final[dict[int, str]] = {
     32: "STREAM_APPENDED",
 }
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_PACKERS: Final = {_NUMBER2: _U16, _NUMBER4: _U32, _NUMBER8: _U64}
-# The length byte of a string, ready made.
-_LENGTHS: Final = tuple(bytes((n,)) for n in range(256))
+# The one engine compiles each message's encoder and decoders from its
+# LAYOUT (protocol/zproto.py); these words are MLM's own, which clients see
+# in ERROR replies.
+_WORDING: Final = zproto.Wording(
+    too_short="frame of {size} bytes is too short for a header",
+    signature="wrong signature {signature}",
+    string_length="{name}: string length runs past the end",
+    string_past="{name}: string runs past the end",
+    number_past="{name}: number{width} runs past the end",
+    trailing="{name}: {size} trailing bytes",
+    no_content="{name}: carries no content frames",
+    too_long="string of {size} bytes is longer than 255",
+    out_of_range="number out of range: {error}",
+)
+
+_CODEC: Final[zproto.Codec[Message]] = zproto.Codec(
+    [zproto.Spec.of(cls, MESSAGE_NAMES[cls.ID]) for cls in MESSAGE_TYPES.values()],
+    signature=SIGNATURE,
+    error=MalformedMessage,
+    wording=_WORDING,
+    invalid_text=InvalidText,
+)
+
+HeaderEncoder = Callable[..., bytes]
 
 
 def encode_string(value: str) -> bytes:
@@ -545,160 +569,13 @@ def encode_string(value: str) -> bytes:
     data = value.encode("utf-8", "surrogateescape")
     if len(data) > 255:
         raise MalformedMessage(f"string of {len(data)} bytes is longer than 255")
-    return _LENGTHS[len(data)] + data
+    return bytes((len(data),)) + data
 
 
 def fit_string(text: str) -> str:
     """C{text} cut, if need be, to fit a protocol string (255 bytes)."""
     data = text.encode("utf-8", "surrogateescape")
     return text if len(data) <= 255 else data[:252].decode("utf-8", "ignore") + "..."
-
-
-# Every message class gets three functions, compiled once from its LAYOUT
-# (the way dataclasses writes __init__): a header encoder taking the field
-# values as arguments, one taking the message, and a decoder. Written out
-# field by field they cost a third of a loop over the layout, and the
-# codec's speed is the broker's speed.
-
-HeaderEncoder = Callable[..., bytes]
-_Decoder = Callable[[bytes, Sequence[bytes]], "Message"]
-
-
-def _string_too_long(data: bytes) -> NoReturn:
-    raise MalformedMessage(f"string of {len(data)} bytes is longer than 255")
-
-
-def _encoder_source(
-    layout: Sequence[tuple[str, str]], fn: str, arguments: str, value: str, prefix: str | None
-) -> list[str]:
-    """
-    Source of a header encoder for the fields of C{layout}, after the bytes
-    named C{prefix} (if any); C{value} formats a field's name into its value.
-    """
-    body: list[str] = []
-    parts = [prefix] if prefix else []
-    for name, kind in layout:
-        if kind is _STRING:
-            body.append(f"{name} = {value.format(name)}.encode('utf-8', 'surrogateescape')")
-            body.append(f"if len({name}) > 255: string_too_long({name})")
-            parts += [f"lengths[len({name})]", name]
-        else:
-            parts.append(f"pack{kind}({value.format(name)})")
-    body.append(f"return b''.join(({', '.join(parts)},))" if parts else "return b''")
-    if all(kind is _STRING for _, kind in layout):
-        return [f"def {fn}({arguments}):", *(f"    {line}" for line in body)]
-    return [
-        f"def {fn}({arguments}):",
-        "    try:",
-        *(f"        {line}" for line in body),
-        "    except struct_error as e:",
-        "        raise MalformedMessage(f'number out of range: {e}') from e",
-    ]
-
-
-def _run_source(source: list[str], scope: dict[str, object]) -> None:
-    scope.update(
-        lengths=_LENGTHS,
-        string_too_long=_string_too_long,
-        struct_error=struct.error,
-        MalformedMessage=MalformedMessage,
-        InvalidText=InvalidText,
-    )
-    for kind, packer in _PACKERS.items():
-        scope[f"pack{kind}"] = packer.pack
-        scope[f"unpack{kind}"] = packer.unpack_from
-    exec("\n".join(source), scope)  # the source is built above from the class layouts
-
-
-def _decoder_source(cls: type[Message], fn: str, strict: bool) -> list[str]:
-    """
-    Source of a decoder. A C{strict} one decodes strings as UTF-8 and, for
-    one that is not, raises L{InvalidText} with the message decoded anyway;
-    the other keeps any bytes with C{surrogateescape}.
-    """
-    name = MESSAGE_NAMES[cls.ID]
-    lines = [f"def {fn}(header, frames):", "    end = len(header)", "    o = 3"]
-    if strict:
-        lines.append("    bad = None")
-    values = []
-    for field_name, kind in cls.LAYOUT:
-        values.append(field_name)
-        if kind is _STRING:
-            lines += [
-                "    if o >= end:",
-                f"        raise MalformedMessage('{name}: string length runs past the end')",
-                "    n = header[o] + 1",
-                "    if o + n > end:",
-                f"        raise MalformedMessage('{name}: string runs past the end')",
-            ]
-            if strict:
-                raw = "header[o + 1 : o + n]"
-                lines += [
-                    "    try:",
-                    f"        {field_name} = {raw}.decode('utf-8')",
-                    "    except UnicodeDecodeError:",
-                    f"        {field_name} = {raw}.decode('utf-8', 'surrogateescape')",
-                    f"        bad = bad or '{field_name}'",
-                ]
-            else:
-                lines.append(
-                    f"    {field_name} = header[o + 1 : o + n].decode('utf-8', 'surrogateescape')"
-                )
-            lines.append("    o += n")
-        else:
-            size = _PACKERS[kind].size
-            lines += [
-                f"    if o + {size} > end:",
-                f"        raise MalformedMessage('{name}: number{kind} runs past the end')",
-                f"    {field_name} = unpack{kind}(header, o)[0]",
-                f"    o += {size}",
-            ]
-    lines += [
-        "    if o != end:",
-        f"        raise MalformedMessage(f'{name}: {{end - o}} trailing bytes')",
-    ]
-    if cls.HAS_CONTENT:
-        values.append("frames[1:] if frames.__class__ is list else list(frames[1:])")
-    else:
-        lines += [
-            "    if len(frames) > 1:",
-            f"        raise MalformedMessage('{name}: carries no content frames')",
-        ]
-    if strict:
-        lines += [
-            "    if bad is not None:",
-            f"        raise InvalidText(cls({', '.join(values)}), bad)",
-        ]
-    lines.append(f"    return cls({', '.join(values)})")
-    return lines
-
-
-def _compile(
-    cls: type[Message],
-) -> tuple[HeaderEncoder, Callable[[Message], bytes], _Decoder, _Decoder]:
-    layout = cls.LAYOUT
-    names = ", ".join(name for name, _ in layout)
-    source = [
-        *_encoder_source(layout, "header", names, "{}", "prefix"),
-        *_encoder_source(layout, "encode_header", "message", "message.{}", "prefix"),
-        *_decoder_source(cls, "decode", strict=False),
-        *_decoder_source(cls, "decode_checked", strict=True),
-    ]
-    scope: dict[str, object] = {"cls": cls, "prefix": SIGNATURE + bytes((cls.ID,))}
-    _run_source(source, scope)
-    return (
-        cast(HeaderEncoder, scope["header"]),
-        cast(Callable[[Message], bytes], scope["encode_header"]),
-        cast(_Decoder, scope["decode"]),
-        cast(_Decoder, scope["decode_checked"]),
-    )
-
-
-_COMPILED: Final = {message_id: _compile(cls) for message_id, cls in MESSAGE_TYPES.items()}
-_HEADER_ENCODERS: Final = {cls: _COMPILED[cls.ID][0] for cls in MESSAGE_TYPES.values()}
-_ENCODERS: Final = {cls: _COMPILED[cls.ID][1] for cls in MESSAGE_TYPES.values()}
-_DECODERS: Final = {message_id: compiled[2] for message_id, compiled in _COMPILED.items()}
-_CHECKED_DECODERS: Final = {message_id: compiled[3] for message_id, compiled in _COMPILED.items()}
 
 
 def header_encoder(cls: type[Message]) -> HeaderEncoder:
@@ -708,7 +585,7 @@ def header_encoder(cls: type[Message]) -> HeaderEncoder:
     messages of one kind without building a message object for each, e.g.
     C{header_encoder(StreamSend)(subject)}.
     """
-    return _HEADER_ENCODERS[cls]
+    return _CODEC.header_encoder(cls)
 
 
 def header_start(cls: type[Message], *values: object) -> bytes:
@@ -717,18 +594,7 @@ def header_start(cls: type[Message], *values: object) -> bytes:
     C{len(values)} fields. With L{header_tail_encoder} it encodes a header
     whose first fields repeat (a stream and its writer) once for many.
     """
-    if len(values) > len(cls.LAYOUT):
-        raise ValueError(f"{cls.__name__} has {len(cls.LAYOUT)} fields, not {len(values)}")
-    parts = [SIGNATURE, bytes((cls.ID,))]
-    for (_name, kind), value in zip(cls.LAYOUT, values, strict=False):
-        if kind is _STRING:
-            parts.append(encode_string(value))  # type: ignore[arg-type]
-        else:
-            try:
-                parts.append(_PACKERS[kind].pack(value))
-            except struct.error as e:
-                raise MalformedMessage(f"number out of range: {e}") from e
-    return b"".join(parts)
+    return _CODEC.header_start(cls, *values)
 
 
 def header_tail_encoder(cls: type[Message], after: int) -> HeaderEncoder:
@@ -737,63 +603,30 @@ def header_tail_encoder(cls: type[Message], after: int) -> HeaderEncoder:
     C{after}-th on, given in wire order: the bytes that follow
     C{header_start(cls, *first_after_values)}.
     """
-    encoder = _TAIL_ENCODERS.get((cls, after))
-    if encoder is None:
-        layout = cls.LAYOUT[after:]
-        names = ", ".join(name for name, _ in layout)
-        scope: dict[str, object] = {}
-        _run_source(_encoder_source(layout, "tail", names, "{}", None), scope)
-        encoder = cast(HeaderEncoder, scope["tail"])
-        _TAIL_ENCODERS[(cls, after)] = encoder
-    return encoder
+    return _CODEC.header_tail_encoder(cls, after)
 
 
-_TAIL_ENCODERS: dict[tuple[type[Message], int], HeaderEncoder] = {}
+# Bound once: no Python call of their own on the hot path.
 
+# encode_header(message): encode frame 1 (signature, id and fields) of message.
+encode_header: Final[Callable[[Message], bytes]] = _CODEC.encode_header
 
-def encode_header(message: Message) -> bytes:
-    """Encode frame 1 (signature, id and fields) of ``message``."""
-    return _ENCODERS[type(message)](message)
-
-
-def encode(message: Message) -> list[bytes]:
-    """Encode ``message`` as the list of ZeroMQ frames that carry it."""
-    header = _ENCODERS[type(message)](message)
-    if message.HAS_CONTENT:
-        content: list[bytes] = message.content  # type: ignore[attr-defined]
-        return [header, *content]
-    return [header]
-
-
-def _decode(decoders: dict[int, _Decoder], frames: Sequence[bytes]) -> Message:
-    """Decode one message with the decoder C{decoders} has for its id."""
-    if not frames:
-        raise MalformedMessage("no frames")
-    header = frames[0]
-    if len(header) < 3:
-        raise MalformedMessage(f"frame of {len(header)} bytes is too short for a header")
-    if header[0] != 0xAA or header[1] != 0xA8:
-        raise MalformedMessage(f"wrong signature {header[:2].hex()}")
-    decoder = decoders.get(header[2])
-    if decoder is None:
-        raise MalformedMessage(f"unknown message id {header[2]}")
-    return decoder(header, frames)
-
-
-# (Partials rather than wrappers: no Python call of their own on the hot path.)
+# encode(message): the list of ZeroMQ frames that carry message. Raises
+# MalformedMessage for a field value that does not fit.
+encode: Final[Callable[[Message], list[bytes]]] = _CODEC.encode
 
 # decode(frames): decode the frames of one message. A string that is not
 # valid UTF-8 is kept as it is (with surrogateescape), so it re-encodes to
 # the same bytes: for a client, which takes whatever a broker relays.
 # Raises MalformedMessage if the frames are not one well-formed message.
-decode: Callable[[Sequence[bytes]], Message] = partial(_decode, _DECODERS)
+decode: Final[Callable[[Sequence[bytes]], Message]] = _CODEC.decode
 
 # decode_checked(frames): decode the frames of one message and check its
 # strings: for a broker, which refuses a name, address or subject that is not
 # valid UTF-8. Raises InvalidText for such a string (the exception carries
 # the message, decoded as decode would), MalformedMessage if the frames are
 # not one well-formed message.
-decode_checked: Callable[[Sequence[bytes]], Message] = partial(_decode, _CHECKED_DECODERS)
+decode_checked: Final[Callable[[Sequence[bytes]], Message]] = _CODEC.decode_checked
 
 
 def message_fields(message: Message) -> dict[str, object]:

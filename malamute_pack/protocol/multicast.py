@@ -42,6 +42,8 @@ import struct
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
+from malamute_pack.protocol.errors import Malformed
+
 SIGNATURE: Final = b"MB"
 BEAT_SIGNATURE: Final = b"MH"
 PREFIX: Final = b"M"  # what both start with
@@ -52,7 +54,7 @@ _FIXED_SIZE = _FIXED.size
 MAX_STRING: Final = 255
 
 
-class MalformedBridgeMessage(ValueError):
+class MalformedBridgeMessage(Malformed):
     """Bytes from a multicast group that are not a message of this codec."""
 
 

@@ -9,30 +9,33 @@ are big-endian (``byte`` 1, ``number2`` 2, ``number4`` 4, ``number8`` 8
 bytes). ``docs/protocol.md`` ("Packs") says what each message means.
 
 Stateless, like L{malamute_pack.protocol.mlm}: bytes to message objects and
-back, nothing else.
+back, nothing else, compiled from the messages' layouts by
+L{malamute_pack.protocol.zproto}.
 
 Tests: ``tests/unit/test_protocol_packlink.py``.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
+
+from malamute_pack.protocol import zproto
+from malamute_pack.protocol.errors import Malformed
 
 SIGNATURE: Final = b"\xaa\xa3"
 # 2: OWNER (a CURVE pack's brokers tell each other who owns which address).
 VERSION: Final = 2
 
 # Field kinds.
-_STRING, _BYTE, _NUMBER2, _NUMBER4, _NUMBER8 = "s", "1", "2", "4", "8"
-_NUMBERS: Final = {
-    _BYTE: struct.Struct(">B"),
-    _NUMBER2: struct.Struct(">H"),
-    _NUMBER4: struct.Struct(">I"),
-    _NUMBER8: struct.Struct(">Q"),
-}
+_STRING, _BYTE, _NUMBER2, _NUMBER4, _NUMBER8 = (
+    zproto.STRING,
+    zproto.NUMBER1,
+    zproto.NUMBER2,
+    zproto.NUMBER4,
+    zproto.NUMBER8,
+)
 
 # INTEREST's whence: as MLM's STREAM_READ_FROM.
 LATEST, EARLIEST, SEQUENCE, TIME = 0, 1, 2, 3
@@ -42,7 +45,7 @@ MAILBOX, SERVICE = 1, 2
 STORED, DONE = 1, 2
 
 
-class MalformedLink(ValueError):
+class MalformedLink(Malformed):
     """A frame sequence that is not a well-formed pack message."""
 
 
@@ -256,70 +259,30 @@ MESSAGE_TYPES: Final[dict[int, type[LinkMessage]]] = {
     )
 }  # fmt: skip
 
-_HEADER = struct.Struct(">2sBB")
-_QQ = struct.Struct(">QQ")
-
-
-def _take_string(header: bytes, offset: int, name: str) -> tuple[str, int]:
-    if offset >= len(header):
-        raise MalformedLink(f"{name}: string length runs past the end")
-    end = offset + 1 + header[offset]
-    if end > len(header):
-        raise MalformedLink(f"{name}: string runs past the end")
-    try:
-        return header[offset + 1 : end].decode("utf-8"), end
-    except UnicodeDecodeError as e:
-        raise MalformedLink(f"{name}: not UTF-8") from e
-
-
-def _decode_forward(header: bytes, frames: Sequence[bytes]) -> Forward:
-    """A FORWARD, decoded field by field (every forwarded record is one)."""
-    stream, offset = _take_string(header, 4, "stream")
-    if offset + 16 > len(header):
-        raise MalformedLink("origin_seq: number runs past the end")
-    origin_seq, timestamp = _QQ.unpack_from(header, offset)
-    sender, offset = _take_string(header, offset + 16, "sender")
-    subject, offset = _take_string(header, offset, "subject")
-    if offset >= len(header):
-        raise MalformedLink("history: number runs past the end")
-    if offset + 1 != len(header):
-        raise MalformedLink(f"{len(header) - offset - 1} trailing bytes")
-    return Forward(
-        stream, origin_seq, timestamp, sender, subject, header[offset], tuple(frames[1:])
-    )
-
-
-def _encode_fields(message: LinkMessage) -> bytes:
-    parts = [_HEADER.pack(SIGNATURE, message.ID, VERSION)]
-    for name, kind in message.LAYOUT:
-        value = getattr(message, name)
-        if kind == _STRING:
-            try:
-                data = value.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise MalformedLink(f"{name}: not encodable as UTF-8") from e
-            if len(data) > 255:
-                raise MalformedLink(f"{name}: string of {len(data)} bytes is longer than 255")
-            parts += (bytes((len(data),)), data)
-        else:
-            try:
-                parts.append(_NUMBERS[kind].pack(value))
-            except struct.error as e:
-                raise MalformedLink(f"{name}: number out of range: {e}") from e
-    return b"".join(parts)
-
-
-_FORWARD_HEAD = bytes((0xAA, 0xA3, 6, VERSION))
-
-
-def _short(name: str, value: str) -> bytes:
-    try:
-        data = value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MalformedLink(f"{name}: not encodable as UTF-8") from e
-    if len(data) > 255:
-        raise MalformedLink(f"{name}: string of {len(data)} bytes is longer than 255")
-    return bytes((len(data),)) + data
+_CODEC: Final[zproto.Codec[LinkMessage]] = zproto.Codec(
+    [
+        zproto.Spec.of(cls, cls.__name__.upper(), zproto.Content(tuple))
+        for cls in MESSAGE_TYPES.values()
+    ],
+    signature=SIGNATURE,
+    version=VERSION,
+    error=MalformedLink,
+    text=zproto.STRICT,
+    wording=zproto.Wording(
+        too_short="header of {size} bytes is too short",
+        version="version {version}, this broker speaks {expected}",
+        string_length="{field}: string length runs past the end",
+        string_past="{field}: string runs past the end",
+        number_past="{field}: number runs past the end",
+        trailing="{size} trailing bytes",
+        no_content="message {id} carries no content frames",
+        not_utf8="{field}: not UTF-8",
+        too_long="{field}: string of {size} bytes is longer than 255",
+        not_encodable="not encodable as UTF-8: {error}",
+        out_of_range="number out of range: {error}",
+    ),
+)
+_encode_forward_header: Final = _CODEC.header_encoder(Forward)
 
 
 def encode_forward(
@@ -335,65 +298,14 @@ def encode_forward(
     The frames of a FORWARD, without making the message object: what
     L{encode} gives for L{Forward} (every forwarded record is one).
     """
-    try:
-        numbers = _QQ.pack(origin_seq, timestamp)
-    except struct.error as e:
-        raise MalformedLink(f"number out of range: {e}") from e
-    header = b"".join(
-        (
-            _FORWARD_HEAD,
-            _short("stream", stream),
-            numbers,
-            _short("sender", sender),
-            _short("subject", subject),
-            b"\x01" if history else b"\x00",
-        )
-    )
+    header = _encode_forward_header(stream, origin_seq, timestamp, sender, subject, history)
     return [header, *content]
 
 
-def encode(message: LinkMessage) -> list[bytes]:
-    """The frames of C{message}; MalformedLink for a value that does not fit."""
-    frames = [_encode_fields(message)]
-    if message.HAS_CONTENT:
-        frames.extend(message.content)  # type: ignore[attr-defined]
-    return frames
+# encode(message): the frames of message; MalformedLink for a value that
+# does not fit.
+encode: Final[Callable[[LinkMessage], list[bytes]]] = _CODEC.encode
 
-
-def decode(frames: Sequence[bytes]) -> LinkMessage:
-    """The message C{frames} carry; MalformedLink, with the reason, if they are not one."""
-    if not frames:
-        raise MalformedLink("no frames")
-    header = frames[0]
-    if len(header) < 4:
-        raise MalformedLink(f"header of {len(header)} bytes is too short")
-    signature, message_id, version = _HEADER.unpack_from(header)
-    if signature != SIGNATURE:
-        raise MalformedLink(f"bad signature {signature.hex()}")
-    if version != VERSION:
-        raise MalformedLink(f"version {version}, this broker speaks {VERSION}")
-    if message_id == Forward.ID:
-        return _decode_forward(header, frames)
-    cls = MESSAGE_TYPES.get(message_id)
-    if cls is None:
-        raise MalformedLink(f"unknown message id {message_id}")
-    values: list[object] = []
-    offset, end = 4, len(header)
-    for name, kind in cls.LAYOUT:
-        if kind == _STRING:
-            text, offset = _take_string(header, offset, name)
-            values.append(text)
-        else:
-            number = _NUMBERS[kind]
-            if offset + number.size > end:
-                raise MalformedLink(f"{name}: number runs past the end")
-            values.append(number.unpack_from(header, offset)[0])
-            offset += number.size
-    if offset != end:
-        raise MalformedLink(f"{end - offset} trailing bytes")
-    if cls.HAS_CONTENT:
-        values.append(tuple(frames[1:]))
-    elif len(frames) > 1:
-        raise MalformedLink(f"message {message_id} carries no content frames")
-    make: Callable[..., LinkMessage] = cls
-    return make(*values)
+# decode(frames): the message frames carry; MalformedLink, with the
+# reason, if they are not one.
+decode: Final[Callable[[Sequence[bytes]], LinkMessage]] = _CODEC.decode

@@ -14,7 +14,8 @@ stream records (R), letters stored (Q) and removed (D), idempotent appends
 clients' security state (S: passwords, CURVE keys, access rules; never
 written to the passive's disk). Integers are big-endian; a string is a
 4-byte length and UTF-8; a float is an IEEE double. Anything that does not
-decode raises :class:`MalformedPairMessage`.
+decode raises :class:`MalformedPairMessage`. Messages and changes are
+declared by layout and compiled by :mod:`malamute_pack.protocol.zproto`.
 
 Version 2 (this one) added the kinds O, P, X, T and S and CATCHUP_BEGIN's
 first retained sequence numbers; version 1 brokers cannot pair with it.
@@ -41,15 +42,14 @@ Tests: ``tests/unit/test_protocol_pair.py``.
 
 from __future__ import annotations
 
-import math
-import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
-from malamute_pack.broker.store import QueuedRecord
-from malamute_pack.journal.records import StreamRow, decode_frames, encode_frames
-from malamute_pack.journal.retention import RetentionPolicy
+from malamute_pack.protocol import zproto
+from malamute_pack.protocol.chunks import decode_frames, encode_frames
+from malamute_pack.protocol.errors import Malformed
+from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
@@ -61,7 +61,7 @@ TRUNCATE: Final = 1  # it led the history before: cut back to the takeover point
 FULL: Final = 2  # unrelated: keep nothing, copy everything
 
 
-class MalformedPairMessage(ValueError):
+class MalformedPairMessage(Malformed):
     """Bytes from the pair link that are not a message of this codec."""
 
 
@@ -228,473 +228,224 @@ _HEARTBEAT, _HELLO, _BEGIN, _SHIP, _ITEMS, _END, _CAUGHT_UP, _ACK = range(1, 9)
 _ROW, _LETTER, _REMOVED, _APPENDED, _KEY = b"RQDAK"
 _OWNER, _OWNERS, _DELETED, _RETENTION, _SECURITY = b"OPXTS"
 
-_U8: Final = struct.Struct(">B")
-_U32: Final = struct.Struct(">I")
-_U64: Final = struct.Struct(">Q")
-_F64: Final = struct.Struct(">d")
-_ROW_FIXED: Final = struct.Struct(">QdQQ")  # seq, ts, origin_seq, bytes
-_ROW_HEAD: Final = b"R"
-_LETTER_FIXED: Final = struct.Struct(">QddQ")  # id, deadline, created, relay_id
-# A retention policy: which limits it has (bits 0, 1, 2: count, age, bytes), then each.
-_POLICY: Final = struct.Struct(">BQdQ")
+# Field kinds beyond zproto's own: a string here has a 4-byte length.
+_TEXT: Final = zproto.LONGSTR
+_COUNTS: Final = zproto.ListOf(zproto.Tuple(_TEXT, zproto.NUMBER8), dict)
+_APPEND_KEY: Final = zproto.Tuple(_TEXT, _TEXT, zproto.NUMBER8, zproto.NUMBER8, zproto.REAL8)
+_CLAIM: Final = (("address", _TEXT), ("user", _TEXT), ("claimed", zproto.REAL8))
+# A retention policy: which limits it has (bits 0, 1, 2: count, age, bytes),
+# then each (0 for none).
+_POLICY: Final = zproto.Record(
+    RetentionPolicy,
+    (
+        ("", zproto.Flags("max_count", "max_age_s", "max_bytes")),
+        ("max_count", zproto.Optional(zproto.NUMBER8, absent=0)),
+        ("max_age_s", zproto.Optional(zproto.REAL8, absent=0.0)),
+        ("max_bytes", zproto.Optional(zproto.NUMBER8, absent=0)),
+    ),
+)
+_TEXTS: Final = zproto.ListOf(zproto.Tuple(_TEXT, _TEXT), dict)
 
+# A stream record, the hot path of replication: its fixed fields, its
+# texts, then its content BLOB to the end of the frame.
+_ROW_SPEC: Final = zproto.Spec(
+    _ROW,
+    "ROW",
+    tuple,
+    (
+        ("seq", zproto.NUMBER8),
+        ("timestamp", zproto.REAL8),
+        ("origin_seq", zproto.NUMBER8),
+        ("size", zproto.NUMBER8),
+        ("stream", _TEXT),
+        ("sender", _TEXT),
+        ("subject", _TEXT),
+        ("origin", _TEXT),
+        ("blob", zproto.Rest(size="size")),
+    ),
+    arguments=(
+        "stream", "seq", "timestamp", "sender", "subject", "blob", "size", "origin", "origin_seq"
+    ),
+)  # fmt: skip
+_CHANGE_WORDING: Final = zproto.Wording(
+    too_short="an empty change", unknown_id="unknown change kind {id}"
+)
+# The records an append holds, each a change frame of its own inside it.
+_ROWS: Final[zproto.Codec[StreamRow]] = zproto.Codec(
+    [_ROW_SPEC], signature=b"", error=MalformedPairMessage, wording=_CHANGE_WORDING
+)
 
-class _Writer:
-    """Builds one frame."""
+_CHANGES: Final[zproto.Codec[Change]] = zproto.Codec(
+    [
+        _ROW_SPEC,
+        zproto.Spec(
+            _LETTER,
+            "LETTER",
+            QueuedRecord,
+            (
+                ("id", zproto.NUMBER8),
+                ("deadline", zproto.OPTIONAL_REAL8),
+                ("created", zproto.REAL8),
+                ("relay_id", zproto.NUMBER8),
+                ("kind", _TEXT),
+                ("address", _TEXT),
+                ("sender", _TEXT),
+                ("subject", _TEXT),
+                ("tracker", _TEXT),
+                ("relay_origin", _TEXT),
+                ("content", zproto.Rest(encode_frames, decode_frames)),
+            ),
+        ),
+        zproto.Spec(_REMOVED, "REMOVED", Removed, (("record_id", zproto.NUMBER8),)),
+        zproto.Spec(
+            _APPENDED,
+            "APPENDED",
+            Appended,
+            (
+                ("key", _APPEND_KEY),
+                ("forget", zproto.ListOf(zproto.Tuple(_TEXT, _TEXT), list)),
+                ("rows", zproto.ListOf(zproto.Embedded(_ROWS, (_ROW,)), list)),
+            ),
+        ),
+        zproto.Spec(_KEY, "APPEND_KEY", AppendKey, (("key", _APPEND_KEY),)),
+        zproto.Spec(_OWNER, "OWNER", OwnerClaimed, _CLAIM),
+        zproto.Spec(
+            _OWNERS,
+            "OWNERS",
+            OwnersPage,
+            (
+                ("", zproto.Flags("after", "final")),
+                ("after", zproto.Optional(_TEXT)),
+                ("claims", zproto.ListOf(zproto.Record(OwnerClaimed, _CLAIM), list)),
+            ),
+        ),
+        zproto.Spec(
+            _DELETED,
+            "STREAM_DELETED",
+            StreamDeleted,
+            (("stream", _TEXT), ("through", zproto.NUMBER8)),
+        ),
+        zproto.Spec(
+            _RETENTION,
+            "RETENTION",
+            Retention,
+            (("default", _POLICY), ("streams", zproto.ListOf(zproto.Tuple(_TEXT, _POLICY), dict))),
+        ),
+        zproto.Spec(
+            _SECURITY,
+            "SECURITY",
+            ClientSecurity,
+            (
+                ("", zproto.Flags("passwords", "curve_keys")),
+                ("passwords", zproto.Optional(_TEXTS)),
+                (
+                    "curve_keys",
+                    zproto.Optional(zproto.ListOf(zproto.Tuple(zproto.CHUNK, _TEXT), dict)),
+                ),
+                (
+                    "rules",
+                    zproto.ListOf(
+                        zproto.Tuple(
+                            _TEXT,
+                            zproto.ListOf(zproto.Tuple(_TEXT, zproto.ListOf(_TEXT, list)), dict),
+                        ),
+                        dict,
+                    ),
+                ),
+            ),
+        ),
+    ],
+    signature=b"",
+    error=MalformedPairMessage,
+    wording=_CHANGE_WORDING,
+)
 
-    __slots__ = ("parts",)
+_LINK: Final = (("link", zproto.NUMBER8),)
+_POSITION: Final = (*_LINK, ("position", zproto.NUMBER8))
+_CHANGE_FRAMES: Final = zproto.Each(_CHANGES)
 
-    def __init__(self, head: bytes = b"") -> None:
-        self.parts: list[bytes] = [head] if head else []
-
-    def u8(self, value: int) -> _Writer:
-        self.parts.append(_U8.pack(value))
-        return self
-
-    def u64(self, value: int) -> _Writer:
-        self.parts.append(_U64.pack(value))
-        return self
-
-    def string(self, value: str) -> _Writer:
-        data = value.encode("utf-8", "surrogateescape")
-        self.parts.append(_U32.pack(len(data)))
-        self.parts.append(data)
-        return self
-
-    def blob(self, value: bytes) -> _Writer:
-        self.parts.append(_U32.pack(len(value)))
-        self.parts.append(value)
-        return self
-
-    def u32(self, value: int) -> _Writer:
-        self.parts.append(_U32.pack(value))
-        return self
-
-    def f64(self, value: float) -> _Writer:
-        self.parts.append(_F64.pack(value))
-        return self
-
-    def counts(self, values: dict[str, int]) -> _Writer:
-        self.parts.append(_U32.pack(len(values)))
-        for name, value in values.items():
-            self.string(name)
-            self.u64(value)
-        return self
-
-    def frame(self) -> bytes:
-        return b"".join(self.parts)
-
-
-class _Reader:
-    """Reads one frame; every shortfall is a MalformedPairMessage."""
-
-    __slots__ = ("at", "data")
-
-    def __init__(self, data: bytes, at: int = 0) -> None:
-        self.data = data
-        self.at = at
-
-    def _take(self, size: int) -> bytes:
-        end = self.at + size
-        if end > len(self.data):
-            raise MalformedPairMessage("a frame ends too soon")
-        chunk = self.data[self.at : end]
-        self.at = end
-        return chunk
-
-    def u8(self) -> int:
-        return int(_U8.unpack(self._take(1))[0])
-
-    def u32(self) -> int:
-        return int(_U32.unpack(self._take(4))[0])
-
-    def u64(self) -> int:
-        return int(_U64.unpack(self._take(8))[0])
-
-    def f64(self) -> float:
-        return float(_F64.unpack(self._take(8))[0])
-
-    def string(self) -> str:
-        size = self.u32()
-        try:
-            return self._take(size).decode("utf-8", "surrogateescape")
-        except UnicodeDecodeError as e:  # pragma: no cover - surrogateescape takes any bytes
-            raise MalformedPairMessage(str(e)) from e
-
-    def blob(self) -> bytes:
-        return self._take(self.u32())
-
-    def counts(self) -> dict[str, int]:
-        return {self.string(): self.u64() for _ in range(self._count(12))}
-
-    def _count(self, least_each: int) -> int:
-        """A count of items of at least C{least_each} bytes each, checked against the frame."""
-        count = self.u32()
-        if count * least_each > len(self.data) - self.at:
-            raise MalformedPairMessage("a count larger than its frame")
-        return count
-
-    def rest(self) -> bytes:
-        chunk = self.data[self.at :]
-        self.at = len(self.data)
-        return chunk
-
-    def end(self) -> None:
-        if self.at != len(self.data):
-            raise MalformedPairMessage("trailing bytes in a frame")
-
-
-def _ids(values: Sequence[int]) -> bytes:
-    return struct.pack(f">{len(values)}Q", *values)
-
-
-def _read_ids(frame: bytes) -> list[int]:
-    if len(frame) % 8:
-        raise MalformedPairMessage("a list of ids whose length is not a multiple of 8")
-    return list(struct.unpack(f">{len(frame) // 8}Q", frame))
-
-
-def _head(command: int) -> _Writer:
-    return _Writer(SIGNATURE + bytes((VERSION, command)))
-
-
-def encode_change(change: Change) -> bytes:
-    """One journal change as a frame."""
-    if type(change) is tuple:
-        return _encode_row(change)
-    if isinstance(change, QueuedRecord):
-        w = _Writer(bytes((_LETTER,)))
-        w.parts.append(
-            _LETTER_FIXED.pack(
-                change.id,
-                math.nan if change.deadline is None else change.deadline,
-                change.created,
-                change.relay_id,
-            )
-        )
-        for text in (
-            change.kind,
-            change.address,
-            change.sender,
-            change.subject,
-            change.tracker,
-            change.relay_origin,
-        ):
-            w.string(text)
-        w.parts.append(encode_frames(change.content))
-        return w.frame()
-    if isinstance(change, Removed):
-        return bytes((_REMOVED,)) + _U64.pack(change.record_id)
-    if isinstance(change, Appended):
-        w = _Writer(bytes((_APPENDED,)))
-        _key(w, change.key)
-        w.parts.append(_U32.pack(len(change.forget)))
-        for stream, key in change.forget:
-            w.string(stream).string(key)
-        w.parts.append(_U32.pack(len(change.rows)))
-        for row in change.rows:
-            encoded = _encode_row(row)
-            w.parts.append(_U32.pack(len(encoded)))
-            w.parts.append(encoded)
-        return w.frame()
-    if isinstance(change, AppendKey):
-        w = _Writer(bytes((_KEY,)))
-        _key(w, change.key)
-        return w.frame()
-    if isinstance(change, OwnerClaimed):
-        w = _Writer(bytes((_OWNER,)))
-        return w.string(change.address).string(change.user).f64(change.claimed).frame()
-    if isinstance(change, OwnersPage):
-        w = _Writer(bytes((_OWNERS,)))
-        w.u8((change.after is not None) | change.final << 1)
-        if change.after is not None:
-            w.string(change.after)
-        w.u32(len(change.claims))
-        for claim in change.claims:
-            w.string(claim.address).string(claim.user).f64(claim.claimed)
-        return w.frame()
-    if isinstance(change, StreamDeleted):
-        return _Writer(bytes((_DELETED,))).string(change.stream).u64(change.through).frame()
-    if isinstance(change, Retention):
-        w = _Writer(bytes((_RETENTION,)))
-        _policy(w, change.default)
-        w.u32(len(change.streams))
-        for stream, policy in change.streams.items():
-            _policy(w.string(stream), policy)
-        return w.frame()
-    if isinstance(change, ClientSecurity):
-        w = _Writer(bytes((_SECURITY,)))
-        w.u8((change.passwords is not None) | (change.curve_keys is not None) << 1)
-        if change.passwords is not None:
-            w.u32(len(change.passwords))
-            for user, password in change.passwords.items():
-                w.string(user).string(password)
-        if change.curve_keys is not None:
-            w.u32(len(change.curve_keys))
-            for public, user in change.curve_keys.items():
-                w.blob(public).string(user)
-        w.u32(len(change.rules))
-        for right, by_user in change.rules.items():
-            w.string(right).u32(len(by_user))
-            for user, globs in by_user.items():
-                w.string(user).u32(len(globs))
-                for glob in globs:
-                    w.string(glob)
-        return w.frame()
-    # The message names the kind only: a change may hold passwords.
-    raise TypeError(f"not a journal change: {type(change).__name__}")
-
-
-def _policy(w: _Writer, policy: RetentionPolicy) -> None:
-    count, age, size = policy.max_count, policy.max_age_s, policy.max_bytes
-    flags = (count is not None) | (age is not None) << 1 | (size is not None) << 2
-    w.parts.append(_POLICY.pack(flags, count or 0, age or 0.0, size or 0))
-
-
-def _read_policy(r: _Reader) -> RetentionPolicy:
-    flags, count, age, size = _POLICY.unpack(r._take(_POLICY.size))
-    if flags > 7:
-        raise MalformedPairMessage(f"a retention policy's flags are {flags}")
-    return RetentionPolicy(
-        count if flags & 1 else None, age if flags & 2 else None, size if flags & 4 else None
-    )
-
-
-def _read_claim(r: _Reader) -> OwnerClaimed:
-    return OwnerClaimed(r.string(), r.string(), r.f64())
-
-
-def _encode_row(row: StreamRow) -> bytes:
-    # The hot path of replication (every stream record): no writer object.
-    stream, seq, ts, sender, subject, blob, size, origin, origin_seq = row
-    texts = [t.encode("utf-8", "surrogateescape") for t in (stream, sender, subject, origin)]
-    return b"".join(
-        (
-            _ROW_HEAD,
-            _ROW_FIXED.pack(seq, ts, origin_seq, size),
-            _U32.pack(len(texts[0])),
-            texts[0],
-            _U32.pack(len(texts[1])),
-            texts[1],
-            _U32.pack(len(texts[2])),
-            texts[2],
-            _U32.pack(len(texts[3])),
-            texts[3],
-            blob,
-        )
-    )
-
-
-def _key(w: _Writer, key: tuple[str, str, int, int, float]) -> None:
-    stream, name, first, last, created = key
-    w.string(stream).string(name).u64(first).u64(last)
-    w.parts.append(_F64.pack(created))
-
-
-def _read_key(r: _Reader) -> tuple[str, str, int, int, float]:
-    return (r.string(), r.string(), r.u64(), r.u64(), r.f64())
-
-
-def decode_change(frame: bytes) -> Change:
-    """The journal change a frame of L{encode_change} holds."""
-    if not frame:
-        raise MalformedPairMessage("an empty change")
-    kind = frame[0]
-    r = _Reader(frame, 1)
-    if kind == _ROW:
-        return _decode_row(r)
-    if kind == _LETTER:
-        rid, deadline, created, relay_id = _LETTER_FIXED.unpack(r._take(_LETTER_FIXED.size))
-        kind_name, address, sender, subject, tracker, relay_origin = (r.string() for _ in range(6))
-        try:
-            content = decode_frames(r.rest())
-        except ValueError as e:
-            raise MalformedPairMessage(f"a letter's content: {e}") from e
-        return QueuedRecord(
-            rid,
-            kind_name,
-            address,
-            sender,
-            subject,
-            tracker,
-            None if math.isnan(deadline) else deadline,
-            created,
-            content,
-            relay_origin,
-            relay_id,
-        )
-    if kind == _REMOVED:
-        rid = r.u64()
-        r.end()
-        return Removed(rid)
-    if kind == _APPENDED:
-        key = _read_key(r)
-        forget = [(r.string(), r.string()) for _ in range(r._count(8))]
-        rows: list[StreamRow] = []
-        for _ in range(r._count(4)):
-            size = r.u32()
-            end = r.at + size
-            if end > len(r.data) or size < 1 or r.data[r.at] != _ROW:
-                raise MalformedPairMessage("an append holds something other than whole records")
-            r.at += 1
-            rows.append(_decode_row(r, end))
-        r.end()
-        return Appended(rows, key, forget)
-    if kind == _KEY:
-        key = _read_key(r)
-        r.end()
-        return AppendKey(key)
-    change: Change
-    if kind == _OWNER:
-        change = _read_claim(r)
-    elif kind == _OWNERS:
-        flags = r.u8()
-        if flags > 3:
-            raise MalformedPairMessage(f"an owners page's flags are {flags}")
-        after = r.string() if flags & 1 else None
-        claims = [_read_claim(r) for _ in range(r._count(16))]
-        change = OwnersPage(after, bool(flags & 2), claims)
-    elif kind == _DELETED:
-        change = StreamDeleted(r.string(), r.u64())
-    elif kind == _RETENTION:
-        default = _read_policy(r)
-        change = Retention(
-            default, {r.string(): _read_policy(r) for _ in range(r._count(4 + _POLICY.size))}
-        )
-    elif kind == _SECURITY:
-        change = _read_security(r)
-    else:
-        raise MalformedPairMessage(f"unknown change kind {kind}")
-    r.end()
-    return change
-
-
-def _read_security(r: _Reader) -> ClientSecurity:
-    flags = r.u8()
-    if flags > 3:
-        raise MalformedPairMessage(f"a security state's flags are {flags}")
-    passwords = {r.string(): r.string() for _ in range(r._count(8))} if flags & 1 else None
-    keys = {r.blob(): r.string() for _ in range(r._count(8))} if flags & 2 else None
-    rules: dict[str, dict[str, list[str]]] = {}
-    for _ in range(r._count(8)):
-        right = r.string()
-        by_user = rules.setdefault(right, {})
-        for _ in range(r._count(8)):
-            user = r.string()
-            by_user[user] = [r.string() for _ in range(r._count(4))]
-    return ClientSecurity(passwords, keys, rules)
-
-
-def _decode_row(r: _Reader, end: int | None = None) -> StreamRow:
-    """A record from C{r}, its content running to C{end} (the frame's end by default)."""
-    # The hot path of applying replication: offsets, not reader calls.
-    data, at = r.data, r.at
-    stop = len(data) if end is None else end
-    try:
-        seq, ts, origin_seq, size = _ROW_FIXED.unpack_from(data, at)
-        at += _ROW_FIXED.size
-        texts = []
-        for _ in range(4):
-            (length,) = _U32.unpack_from(data, at)
-            at += 4
-            if at + length > stop:
-                raise MalformedPairMessage("a frame ends too soon")
-            texts.append(data[at : at + length].decode("utf-8", "surrogateescape"))
-            at += length
-    except struct.error as e:
-        raise MalformedPairMessage("a frame ends too soon") from e
-    if at > stop:
-        raise MalformedPairMessage("a frame ends too soon")
-    blob = data[at:stop]
-    r.at = stop
-    if len(blob) != size:
-        raise MalformedPairMessage("a record's size is not its content's")
-    return (texts[0], seq, ts, texts[1], texts[2], blob, size, texts[3], origin_seq)
-
-
-def encode(message: PairMessage) -> list[bytes]:
-    """The frames of C{message}."""
-    if isinstance(message, Heartbeat):
-        w = _head(_HEARTBEAT).string(message.role).string(message.state)
-        w.u8(1 if message.in_sync else 0).string(message.incarnation).string(message.epoch)
-        return [w.u64(message.link).u8(1 if message.leads else 0).frame()]
-    if isinstance(message, Hello):
-        w = _head(_HELLO).string(message.incarnation).string(message.epoch)
-        w.u64(message.last_id).counts(message.streams)
-        return [w.frame(), _ids(message.letters)]
-    if isinstance(message, CatchupBegin):
-        w = _head(_BEGIN).u64(message.link).u64(message.base).u8(message.mode)
-        w.string(message.epoch).counts(message.truncate).u64(message.truncate_id)
-        w.counts(message.counters).u64(message.last_id).counts(message.firsts)
-        return [w.frame(), _ids(message.delete)]
-    if isinstance(message, Ship):
-        head = _head(_SHIP).u64(message.link).u64(message.first).frame()
-        return [head, *map(encode_change, message.changes)]
-    if isinstance(message, Items):
-        head = _head(_ITEMS).u64(message.link).frame()
-        return [head, *map(encode_change, message.changes)]
-    if isinstance(message, Ack):
-        return [_head(_ACK).u64(message.link).u64(message.position).u64(message.items).frame()]
-    command = _END if isinstance(message, CatchupEnd) else _CAUGHT_UP
-    return [_head(command).u64(message.link).u64(message.position).frame()]
-
-
-def decode(frames: Sequence[bytes]) -> PairMessage:
-    """The message C{frames} hold; raises L{MalformedPairMessage}."""
-    if not frames or len(frames[0]) < 4 or frames[0][:2] != SIGNATURE:
-        raise MalformedPairMessage("not a pair link message (no signature)")
-    if frames[0][2] != VERSION:
-        raise MalformedPairMessage(
-            f"the partner speaks pair link version {frames[0][2]}, this broker {VERSION}:"
+_CODEC: Final[zproto.Codec[PairMessage]] = zproto.Codec(
+    [
+        zproto.Spec(
+            _HEARTBEAT,
+            "HEARTBEAT",
+            Heartbeat,
+            (
+                ("role", _TEXT),
+                ("state", _TEXT),
+                ("in_sync", zproto.BOOL),
+                ("incarnation", _TEXT),
+                ("epoch", _TEXT),
+                ("link", zproto.NUMBER8),
+                ("leads", zproto.BOOL),
+            ),
+        ),
+        zproto.Spec(
+            _HELLO,
+            "HELLO",
+            Hello,
+            (
+                ("incarnation", _TEXT),
+                ("epoch", _TEXT),
+                ("last_id", zproto.NUMBER8),
+                ("streams", _COUNTS),
+            ),
+            ("letters", zproto.Ids()),
+        ),
+        zproto.Spec(
+            _BEGIN,
+            "CATCHUP_BEGIN",
+            CatchupBegin,
+            (
+                *_LINK,
+                ("base", zproto.NUMBER8),
+                ("mode", zproto.Number(zproto.NUMBER1, allowed=(INCREMENTAL, TRUNCATE, FULL))),
+                ("epoch", _TEXT),
+                ("truncate", _COUNTS),
+                ("truncate_id", zproto.NUMBER8),
+                ("counters", _COUNTS),
+                ("last_id", zproto.NUMBER8),
+                ("firsts", _COUNTS),
+            ),
+            ("delete", zproto.Ids()),
+        ),
+        zproto.Spec(
+            _SHIP,
+            "SHIP",
+            Ship,
+            (*_LINK, ("first", zproto.NUMBER8)),
+            ("changes", _CHANGE_FRAMES),
+        ),
+        zproto.Spec(_ITEMS, "ITEMS", Items, _LINK, ("changes", _CHANGE_FRAMES)),
+        zproto.Spec(_END, "CATCHUP_END", CatchupEnd, _POSITION),
+        zproto.Spec(_CAUGHT_UP, "CAUGHT_UP", CaughtUp, _POSITION),
+        zproto.Spec(_ACK, "ACK", Ack, (*_POSITION, ("items", zproto.NUMBER8))),
+    ],
+    signature=SIGNATURE,
+    version=VERSION,
+    version_first=True,
+    error=MalformedPairMessage,
+    wording=zproto.Wording(
+        no_frames="not a pair link message (no signature)",
+        too_short="not a pair link message (no signature)",
+        signature="not a pair link message (no signature)",
+        version=(
+            "the partner speaks pair link version {version}, this broker {expected}:"
             " run the same malamute_pack on both"
-        )
-    command = frames[0][3]
-    r = _Reader(frames[0], 4)
-    message: PairMessage
-    extra = 0
-    if command == _HEARTBEAT:
-        role, state = r.string(), r.string()
-        flag, incarnation, epoch = r.u8(), r.string(), r.string()
-        if flag > 1:
-            raise MalformedPairMessage(f"a heartbeat's in-sync flag is {flag}, not 0 or 1")
-        in_sync = flag == 1
-        link, leads = r.u64(), r.u8()
-        if leads > 1:
-            raise MalformedPairMessage(f"a heartbeat's leads flag is {leads}, not 0 or 1")
-        message = Heartbeat(role, state, in_sync, incarnation, epoch, link, leads == 1)
-    elif command == _HELLO:
-        incarnation, epoch, last_id = r.string(), r.string(), r.u64()
-        streams = r.counts()
-        if len(frames) != 2:
-            raise MalformedPairMessage("HELLO without its list of letters")
-        message = Hello(incarnation, epoch, last_id, streams, _read_ids(frames[1]))
-        extra = 1
-    elif command == _BEGIN:
-        link, base, mode, epoch = r.u64(), r.u64(), r.u8(), r.string()
-        truncate, truncate_id = r.counts(), r.u64()
-        counters, last_id, firsts = r.counts(), r.u64(), r.counts()
-        if len(frames) != 2 or mode not in (INCREMENTAL, TRUNCATE, FULL):
-            raise MalformedPairMessage("a malformed CATCHUP_BEGIN")
-        message = CatchupBegin(
-            link, base, mode, epoch, truncate, truncate_id, counters, last_id,
-            _read_ids(frames[1]), firsts,
-        )  # fmt: skip
-        extra = 1
-    elif command == _SHIP:
-        link, first = r.u64(), r.u64()
-        message = Ship(link, first, [decode_change(f) for f in frames[1:]])
-        extra = len(frames) - 1
-    elif command == _ITEMS:
-        message = Items(r.u64(), [decode_change(f) for f in frames[1:]])
-        extra = len(frames) - 1
-    elif command == _ACK:
-        message = Ack(r.u64(), r.u64(), r.u64())
-    elif command in (_END, _CAUGHT_UP):
-        kind = CatchupEnd if command == _END else CaughtUp
-        message = kind(r.u64(), r.u64())
-    else:
-        raise MalformedPairMessage(f"unknown pair command {command}")
-    r.end()
-    if len(frames) != 1 + extra:
-        raise MalformedPairMessage("unexpected frames after the message")
-    return message
+        ),
+        unknown_id="unknown pair command {id}",
+    ),
+)
+
+# encode_change(change): one journal change as a frame (TypeError for
+# anything else).
+encode_change: Final[Callable[[Change], bytes]] = _CHANGES.encode_header
+
+# decode_change(frame): the journal change a frame of encode_change holds.
+decode_change: Final[Callable[[bytes], Change]] = _CHANGES.decode_frame
+
+# encode(message): the frames of message.
+encode: Final[Callable[[PairMessage], list[bytes]]] = _CODEC.encode
+
+# decode(frames): the message frames hold; raises MalformedPairMessage.
+decode: Final[Callable[[Sequence[bytes]], PairMessage]] = _CODEC.decode

@@ -10,6 +10,9 @@ A message is a multipart ZeroMQ message. Its first frame is
 SHOUT carry their content as the frames after it. A string is a u8 length
 and bytes, a longstr a u32 BE length and bytes; lengths count UTF-8 bytes.
 The ids 8 and 9 (ELECT, LEADER: zyre's draft election API) are not spoken.
+The messages are declared by layout (the sequence their first field) and
+compiled by L{malamute_pack.protocol.zproto}; the beacon, a fixed struct,
+has its own few lines.
 
 Tests: ``tests/unit/test_protocol_zre.py``.
 """
@@ -17,18 +20,19 @@ Tests: ``tests/unit/test_protocol_zre.py``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, TypeAlias
+
+from malamute_pack.protocol import zproto
+from malamute_pack.protocol.errors import Malformed
 
 SIGNATURE: Final = b"\xaa\xa1"
 VERSION: Final = 2
 MAX_STRING_BYTES: Final = 255  # a string's length is one byte
 MAX_SEQUENCE: Final = 0xFFFF
-_MAX_U32: Final = 0xFFFFFFFF
 _HEADER: Final = 6  # signature, id, version, sequence
 _U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 
 BEACON_PREFIX: Final = b"ZRE"
 BEACON_VERSION: Final = 1
@@ -39,14 +43,14 @@ UUID_SIZE: Final = 16
 PUBLIC_KEY_SIZE: Final = 32
 
 
-class MalformedBeacon(ValueError):
+class MalformedBeacon(Malformed):
     """
     A datagram that is not exactly a ZRE beacon (v1, 22 bytes, or CURVE,
     54 bytes), or a beacon that cannot be encoded.
     """
 
 
-class MalformedZre(ValueError):
+class MalformedZre(Malformed):
     """
     Raised for frames that are not one well-formed ZRE message (a wrong
     signature, an unknown id, a wrong version, a truncated body, trailing
@@ -116,12 +120,23 @@ def decode_beacon(data: bytes) -> Beacon:
 
 # Messages
 
+_Layout: TypeAlias = tuple[tuple[str, zproto.Kind | str], ...]
+_SEQUENCE: Final = ("sequence", zproto.NUMBER2)
+
 
 @dataclass(frozen=True, slots=True)
 class Hello:
     """Greet a peer so it can connect back: who we are and where we are."""
 
     ID: ClassVar[int] = 1
+    LAYOUT: ClassVar[_Layout] = (
+        ("sequence", zproto.NUMBER2),
+        ("endpoint", zproto.STRING),
+        ("groups", zproto.STRINGS),
+        ("status", zproto.NUMBER1),
+        ("name", zproto.STRING),
+        ("headers", zproto.HASH),
+    )
     sequence: int
     endpoint: str
     groups: tuple[str, ...]
@@ -135,6 +150,7 @@ class Whisper:
     """A message to one peer."""
 
     ID: ClassVar[int] = 2
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE,)
     sequence: int
     content: tuple[bytes, ...]
 
@@ -144,6 +160,7 @@ class Shout:
     """A message to every peer in a group."""
 
     ID: ClassVar[int] = 3
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE, ("group", zproto.STRING))
     sequence: int
     group: str
     content: tuple[bytes, ...]
@@ -154,6 +171,7 @@ class Join:
     """The sender joined C{group}; C{status} is its join/leave count after it."""
 
     ID: ClassVar[int] = 4
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE, ("group", zproto.STRING), ("status", zproto.NUMBER1))
     sequence: int
     group: str
     status: int
@@ -164,6 +182,7 @@ class Leave:
     """The sender left C{group}; C{status} is its join/leave count after it."""
 
     ID: ClassVar[int] = 5
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE, ("group", zproto.STRING), ("status", zproto.NUMBER1))
     sequence: int
     group: str
     status: int
@@ -174,6 +193,7 @@ class Ping:
     """Are you there? (sent to a peer gone silent)"""
 
     ID: ClassVar[int] = 6
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE,)
     sequence: int
 
 
@@ -182,6 +202,7 @@ class PingOk:
     """The answer to a PING."""
 
     ID: ClassVar[int] = 7
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE,)
     sequence: int
 
 
@@ -190,6 +211,7 @@ class Goodbye:
     """The sender is stopping (zyre sends it in gossip mode)."""
 
     ID: ClassVar[int] = 10
+    LAYOUT: ClassVar[_Layout] = (_SEQUENCE,)
     sequence: int
 
 
@@ -205,52 +227,31 @@ MESSAGE_NAMES: Final = {
     7: "PING_OK",
     10: "GOODBYE",
 }
+_TYPES: Final[dict[int, type[ZreMessage]]] = {
+    cls.ID: cls for cls in (Hello, Whisper, Shout, Join, Leave, Ping, PingOk, Goodbye)
+}
 
 
-# Encoding
-
-
-def _utf8(text: str, field: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MalformedZre(f"cannot encode {field}: not encodable as UTF-8 ({e.reason})") from e
-
-
-def _string(text: str, field: str) -> bytes:
-    raw = _utf8(text, field)
-    if len(raw) > MAX_STRING_BYTES:
-        raise MalformedZre(f"cannot encode {field}: {len(raw)} bytes, at most {MAX_STRING_BYTES}")
-    return bytes((len(raw),)) + raw
-
-
-def _longstr(text: str, field: str) -> bytes:
-    raw = _utf8(text, field)
-    if len(raw) > _MAX_U32:
-        raise MalformedZre(f"cannot encode {field}: {len(raw)} bytes is too long")
-    return _U32.pack(len(raw)) + raw
-
-
-def _status(status: int) -> bytes:
-    if not 0 <= status <= 0xFF:
-        raise MalformedZre(f"cannot encode status {status}: not a u8")
-    return bytes((status,))
-
-
-def _body(message: ZreMessage) -> bytes:
-    if isinstance(message, Hello):
-        parts = [_string(message.endpoint, "endpoint"), _U32.pack(len(message.groups))]
-        parts += [_longstr(group, "group") for group in message.groups]
-        parts += [_status(message.status), _string(message.name, "name")]
-        parts.append(_U32.pack(len(message.headers)))
-        for key, value in message.headers:
-            parts += [_string(key, "header key"), _longstr(value, "header value")]
-        return b"".join(parts)
-    if isinstance(message, Shout):
-        return _string(message.group, "group")
-    if isinstance(message, Join | Leave):
-        return _string(message.group, "group") + _status(message.status)
-    return b""
+_CODEC: Final[zproto.Codec[ZreMessage]] = zproto.Codec(
+    [
+        zproto.Spec(cls.ID, MESSAGE_NAMES[cls.ID], cls, cls.LAYOUT, content)
+        for cls, content in (
+            (Hello, None),
+            (Whisper, ("content", zproto.Content(tuple))),
+            (Shout, ("content", zproto.Content(tuple))),
+            (Join, None),
+            (Leave, None),
+            (Ping, None),
+            (PingOk, None),
+            (Goodbye, None),
+        )
+    ],
+    signature=SIGNATURE,
+    version=VERSION,
+    header_size=_HEADER,
+    error=MalformedZre,
+    text=zproto.STRICT,
+)
 
 
 def header(message_id: int, sequence: int) -> bytes:
@@ -259,23 +260,13 @@ def header(message_id: int, sequence: int) -> bytes:
 
     @raise MalformedZre: the sequence is not a u16.
     """
-    if not 0 <= sequence <= MAX_SEQUENCE:
-        raise MalformedZre(f"cannot encode sequence {sequence}: not a u16")
-    return SIGNATURE + bytes((message_id, VERSION)) + _U16.pack(sequence)
+    return _CODEC.header_start(_TYPES[message_id], sequence)
 
 
-def encode(message: ZreMessage) -> list[bytes]:
-    """
-    The frames that carry C{message}: the header and body, then the
-    content frames of a WHISPER or SHOUT.
-
-    @raise MalformedZre: a string too long or not encodable as UTF-8, or a
-        number out of range.
-    """
-    first = header(message.ID, message.sequence) + _body(message)
-    if isinstance(message, Whisper | Shout):
-        return [first, *message.content]
-    return [first]
+# encode(message): the frames that carry message: the header and body,
+# then the content frames of a WHISPER or SHOUT. Raises MalformedZre for a
+# string too long or not encodable as UTF-8, or a number out of range.
+encode: Final[Callable[[ZreMessage], list[bytes]]] = _CODEC.encode
 
 
 def resequence(frames: Sequence[bytes], sequence: int) -> list[bytes]:
@@ -293,117 +284,7 @@ def resequence(frames: Sequence[bytes], sequence: int) -> list[bytes]:
     return [first[:4] + number + first[_HEADER:], *frames[1:]]
 
 
-# Decoding
-
-
-class _Reader:
-    """Reads the fields of one frame's body, raising MalformedZre for a short one."""
-
-    __slots__ = ("at", "end", "frame", "name")
-
-    def __init__(self, frame: bytes, name: str) -> None:
-        self.frame = frame
-        self.name = name
-        self.at = _HEADER
-        self.end = len(frame)
-
-    def _take(self, size: int, what: str) -> bytes:
-        if self.at + size > self.end:
-            raise MalformedZre(f"{self.name} truncated: {what} of {size} bytes runs past the end")
-        raw = self.frame[self.at : self.at + size]
-        self.at += size
-        return raw
-
-    def _text(self, raw: bytes, what: str) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise MalformedZre(
-                f"{self.name} {what} is not valid UTF-8 ({raw[:32].hex(' ')})"
-            ) from e
-
-    def u8(self, what: str) -> int:
-        return self._take(1, what)[0]
-
-    def u32(self, what: str) -> int:
-        (value,) = _U32.unpack(self._take(4, what))
-        return int(value)
-
-    def string(self, what: str) -> str:
-        size = self.u8(f"{what} length")
-        return self._text(self._take(size, what), what)
-
-    def longstr(self, what: str) -> str:
-        size = self.u32(f"{what} length")
-        return self._text(self._take(size, what), what)
-
-    def count(self, what: str, smallest: int) -> int:
-        """A u32 count of items each at least C{smallest} bytes long, checked to fit."""
-        count = self.u32(f"{what} count")
-        if count * smallest > self.end - self.at:
-            raise MalformedZre(
-                f"{self.name} {what} count {count} overruns the {self.end - self.at} bytes left"
-            )
-        return count
-
-    def finish(self) -> None:
-        if self.at != self.end:
-            raise MalformedZre(f"{self.name} has {self.end - self.at} trailing bytes")
-
-
-def _decode_hello(reader: _Reader, sequence: int) -> Hello:
-    endpoint = reader.string("endpoint")
-    groups = tuple(reader.longstr("group") for _ in range(reader.count("groups", 4)))
-    status = reader.u8("status")
-    name = reader.string("name")
-    headers = tuple(
-        (reader.string("header key"), reader.longstr("header value"))
-        for _ in range(reader.count("headers", 5))
-    )
-    return Hello(sequence, endpoint, groups, status, name, headers)
-
-
-def decode(frames: Sequence[bytes]) -> ZreMessage:
-    """
-    The message C{frames} carry (without the routing id a ROUTER adds).
-
-    @raise MalformedZre: with the reason, for anything that is not exactly
-        one well-formed ZRE message.
-    """
-    if not frames:
-        raise MalformedZre("no frames")
-    frame = frames[0]
-    if len(frame) < _HEADER:
-        raise MalformedZre(f"first frame of {len(frame)} bytes is too short for a header")
-    if frame[:2] != SIGNATURE:
-        raise MalformedZre(f"bad signature {frame[:2].hex(' ')}, expected aa a1")
-    ident = frame[2]
-    name = MESSAGE_NAMES.get(ident)
-    if name is None:
-        raise MalformedZre(f"unknown message id {ident}")
-    if frame[3] != VERSION:
-        raise MalformedZre(f"{name} has version {frame[3]}, expected {VERSION}")
-    (sequence,) = _U16.unpack_from(frame, 4)
-    content = tuple(frames[1:])
-    if content and ident not in (Whisper.ID, Shout.ID):
-        raise MalformedZre(f"{name} has {len(content)} unexpected content frames")
-    reader = _Reader(frame, name)
-    message: ZreMessage
-    if ident == Hello.ID:
-        message = _decode_hello(reader, sequence)
-    elif ident == Whisper.ID:
-        message = Whisper(sequence, content)
-    elif ident == Shout.ID:
-        message = Shout(sequence, reader.string("group"), content)
-    elif ident == Join.ID:
-        message = Join(sequence, reader.string("group"), reader.u8("status"))
-    elif ident == Leave.ID:
-        message = Leave(sequence, reader.string("group"), reader.u8("status"))
-    elif ident == Ping.ID:
-        message = Ping(sequence)
-    elif ident == PingOk.ID:
-        message = PingOk(sequence)
-    else:
-        message = Goodbye(sequence)
-    reader.finish()
-    return message
+# decode(frames): the message frames carry (without the routing id a ROUTER
+# adds). Raises MalformedZre, with the reason, for anything that is not
+# exactly one well-formed ZRE message.
+decode: Final[Callable[[Sequence[bytes]], ZreMessage]] = _CODEC.decode

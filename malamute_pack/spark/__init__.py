@@ -7,6 +7,22 @@ DataFrames, batch and streaming, and DataFrames published into a stream.
     register(spark)
     df = spark.read.format("malamute").option("stream", "trades").load()
 
+Its modules:
+
+- C{source}: L{MalamuteDataSource}, the data source and its documentation.
+- C{options}: the source's options, checked on the driver.
+- C{batch}: batch reads: spans planned on the driver, partitions read.
+- C{streaming}: streaming reads: offsets and micro-batches.
+- C{partitions}: splitting sequence ranges into partitions, and admission.
+- C{reading}: reading one partition into Arrow record batches.
+- C{schema}: the rows as Spark sees them and as Arrow batches.
+- C{fields}: the C{fields} column of field-style subjects.
+- C{journal_file}: a journal file read directly, offline.
+- C{writer}: DataFrames written into a stream through the bulk client.
+
+It is no feature of the broker (it runs in Spark's processes and declares
+no C{FEATURE}).
+
 Tests: ``tests/system/test_spark.py``, ``tests/system/test_spark_units.py``.
 """
 

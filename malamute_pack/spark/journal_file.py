@@ -3,7 +3,8 @@ A broker's journal file read directly, offline and read-only (the
 ``journal`` option): the same ``status`` and ``read_range`` as the bulk
 client (L{malamute_pack.client.bulk.BulkClient}) answer from the broker,
 made from the ``stream_messages`` table (``malamute_pack/journal/schema.py``)
-and the ``streams`` table's highest numbers.
+and the ``streams`` table's highest numbers, with the broker's own queries
+(:mod:`malamute_pack.journal.reads`).
 
 The file is opened read-only (SQLite ``mode=ro``), so a journal a broker
 is using can be read too (WAL readers do not block its writer). As the
@@ -24,6 +25,7 @@ from types import TracebackType
 from typing import Final
 
 from malamute_pack.client.bulk import RangeChunk, RangeGap, StreamStatus
+from malamute_pack.journal import reads
 from malamute_pack.matching.patterns import parse_pattern
 from malamute_pack.protocol import mlm
 
@@ -71,22 +73,14 @@ class JournalFile:
 
     def streams(self) -> list[str]:
         """Every stream the journal has numbered records for, sorted."""
-        rows = self._conn.execute(
-            "SELECT stream FROM streams UNION SELECT DISTINCT stream FROM stream_messages "
-            "ORDER BY stream"
-        )
-        return [str(row[0]) for row in rows]
+        return reads.stream_names(self._conn)
 
     def status(self, stream: str, whence: int = mlm.LATEST, position: int = 0) -> StreamStatus:
         """As L{BulkClient.status}: first retained, last written, and where C{whence} points."""
-        first_retained, last_retained = self._conn.execute(
-            "SELECT MIN(seq), MAX(seq) FROM stream_messages WHERE stream = ?", (stream,)
-        ).fetchone()
-        assigned = self._conn.execute(
-            "SELECT last_seq FROM streams WHERE stream = ?", (stream,)
-        ).fetchone()
-        last = max(int(last_retained or 0), int(assigned[0]) if assigned else 0)
-        first = int(first_retained) if first_retained is not None else last + 1
+        conn = self._conn
+        first_retained = reads.first_retained(conn, stream)
+        last = max(reads.last_retained(conn, stream) or 0, reads.last_assigned(conn, stream) or 0)
+        first = first_retained if first_retained is not None else last + 1
         if whence == mlm.EARLIEST:
             found = first
         elif whence == mlm.LATEST:
@@ -94,11 +88,8 @@ class JournalFile:
         elif whence == mlm.SEQUENCE:
             found = position
         elif whence == mlm.TIME:
-            row = self._conn.execute(
-                "SELECT MIN(seq) FROM stream_messages WHERE stream = ? AND ts >= ?",
-                (stream, position / 1000.0),
-            ).fetchone()
-            found = int(row[0]) if row[0] is not None else last + 1
+            at = reads.first_at_time(conn, stream, position / 1000.0)
+            found = at if at is not None else last + 1
         else:
             raise ValueError(f"whence {whence} is not 0, 1, 2 or 3")
         return StreamStatus(stream, first, last, found)
@@ -115,11 +106,7 @@ class JournalFile:
             yield RangeGap(stream, first, min(status.first, last + 1))
             first = status.first
         matcher = parse_pattern(pattern) if pattern else None
-        cursor = self._conn.execute(
-            "SELECT seq, ts, sender, subject, content FROM stream_messages "
-            "WHERE stream = ? AND seq BETWEEN ? AND ? ORDER BY seq",
-            (stream, first, last),
-        )
+        cursor = reads.range_cursor(self._conn, stream, first, last)
         while rows := cursor.fetchmany(self._chunk_records):
             if matcher is not None:
                 rows = [row for row in rows if matcher.matches(row[3])]

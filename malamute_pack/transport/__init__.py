@@ -13,6 +13,7 @@ sockets.
   says, and the policy that goes with each.
 - C{zap}: PLAIN and CURVE authentication (a ZAP handler, the password
   file, refusals answered late per (address, user): the login throttle).
+- C{handshakes}: failed security handshakes on the ROUTERs, logged.
 - C{curve}: CURVE certificates: the broker's secret key, the allowed
   clients' keys with their users, and a command that makes key pairs.
 - C{security}: the security files (passwords, CURVE clients, access

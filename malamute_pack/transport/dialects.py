@@ -30,8 +30,8 @@ from typing import Final
 from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import chunks, mlm
+from malamute_pack.store import ChunkRow, StreamRecord
 
 # A stream header's start (stream, writer) repeats for every message a writer
 # sends: it is encoded once (and kept, a bounded number of them) and each

@@ -41,7 +41,6 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 
 from malamute_pack.broker.access import AccessControl, AccessFileError, AccessPolicy, load_access
-from malamute_pack.settings import Settings
 from malamute_pack.transport.curve import CurveError, load_client_keys
 from malamute_pack.transport.zap import (
     KeyAllowList,
@@ -54,6 +53,23 @@ _log = Logger()
 
 # What a bad security file raises.
 SecurityFileError = (AccessFileError, PasswordFileError, CurveError)
+
+
+@dataclass(frozen=True)
+class SecurityFiles:
+    """
+    The clients' security files and which of them are read: the password
+    file for PLAIN endpoints, the CURVE clients' keys for CURVE ones, and
+    the access-control file (None: none given).
+
+    @ivar mechanisms: the security the broker's endpoints require
+        (C{"null"}, C{"plain"}, C{"curve"}).
+    """
+
+    mechanisms: frozenset[str]
+    passwords: Path | None = None
+    curve_clients: Path | None = None
+    access_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +88,8 @@ class ClientSecurity:
 
 class SecurityService(Service):
     """
-    Loads C{settings}' security files into C{zap} and C{access} now, and
-    again on SIGHUP while it runs.
+    Loads the security C{files} into C{zap} and C{access} now, and again
+    on SIGHUP while it runs.
 
     @ivar reloads: reloads done; C{failed_reloads}: reloads refused.
     @ivar clients: the clients' security in force (None when no endpoint
@@ -85,7 +101,7 @@ class SecurityService(Service):
     def __init__(
         self,
         reactor: IReactorFromThreads,
-        settings: Settings,
+        files: SecurityFiles,
         zap: ZapHandler | None,
         access: AccessControl | None,
         links: Sequence[tuple[Path, KeyAllowList]] = (),
@@ -96,7 +112,7 @@ class SecurityService(Service):
             allow-list its ZAP domain and its link consult.
         """
         self._reactor = reactor
-        self._settings = settings
+        self._files = files
         self._zap = zap
         self._access = access
         self._links = list(links)
@@ -110,21 +126,17 @@ class SecurityService(Service):
 
     def load(self) -> None:
         """Read every file; raises one of L{SecurityFileError} (changing nothing) if one is bad."""
-        settings = self._settings
-        used = settings.endpoints_by_mechanism()
-        policy = (
-            load_access(settings.access_file)
-            if settings.access_file is not None
-            else AccessPolicy()
-        )
+        files = self._files
+        used = files.mechanisms
+        policy = load_access(files.access_file) if files.access_file is not None else AccessPolicy()
         passwords = (
-            load_passwords(settings.passwords)
-            if "plain" in used and settings.passwords is not None
+            load_passwords(files.passwords)
+            if "plain" in used and files.passwords is not None
             else None
         )
         keys = (
-            load_client_keys(settings.curve_clients)
-            if "curve" in used and settings.curve_clients is not None
+            load_client_keys(files.curve_clients)
+            if "curve" in used and files.curve_clients is not None
             else None
         )
         brokers = [load_client_keys(path) for path, _ in self._links]

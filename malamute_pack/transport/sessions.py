@@ -30,8 +30,8 @@ from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold, Receiver
-from malamute_pack.broker.store import ChunkRow, StreamRecord
 from malamute_pack.protocol import mlm
+from malamute_pack.store import ChunkRow, StreamRecord
 from malamute_pack.transport.dialects import MlmDialect, MlmVersion1, MlmVersion2
 
 # Sends one message (its frames after the routing id) to a routing id;

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, BrokerProcess
 from malamute_pack.bench.compare import compare_lines, median, order, ratio
 from malamute_pack.bench.plays import Target, skip_reason
 from malamute_pack.bench.scenarios import SCENARIOS
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, BrokerProcess
 from tests.support import skip_slow
 
 

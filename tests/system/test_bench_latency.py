@@ -14,9 +14,9 @@ from time import monotonic
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import latency, load
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT
 from malamute_pack.bench.scenarios import LATENCY, SCENARIOS, Result
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT
 from tests.support import skip_slow
 from tests.system.test_bench import BrokerSide
 

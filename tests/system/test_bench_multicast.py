@@ -18,7 +18,6 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from malamute_pack.bench import load
 from malamute_pack.bench.__main__ import main as bench_main
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT
 from malamute_pack.bench.multicast import (
     GOAL_RATE,
     NO_LOSS,
@@ -53,9 +52,10 @@ from malamute_pack.bench.multicast.roles import (
     produce,
     read_in_order,
 )
-from malamute_pack.bench.netns import Host
 from malamute_pack.broker.streams import NOTICE
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT
+from malamute_pack.testing.netns import Host
 from tests.support import skip_slow
 
 RUN_KEYS = [

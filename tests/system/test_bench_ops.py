@@ -12,8 +12,8 @@ import sys
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, checkout_environment
 from malamute_pack.bench.ops import parse
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, checkout_environment
 from tests.support import skip_slow
 
 

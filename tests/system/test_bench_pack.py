@@ -3,8 +3,8 @@ Tests for L{malamute_pack.bench.pack}: its pure parts (log lines, who
 joined whom, figures, tables, comparisons open against CURVE, arguments,
 keys, counters) without namespaces; its load roles run as subprocesses
 against a real broker; and, as slow system tests run as root, the command
-end to end on namespaces C{mpg9*} (10.77.49.0/24) with tiny counts, open
-and with C{--security open --security curve}.
+end to end on namespaces of its own per test (10.77.49.0/24) with tiny
+counts, open and with C{--security open --security curve}.
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import ClassVar
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from malamute_pack.bench import __main__ as bench_main
 from malamute_pack.bench import load, pack, scenarios
-from malamute_pack.bench.brokerprocess import BrokerProcess, checkout_environment
-from malamute_pack.bench.netns import Host, Lan, netns_available
+from malamute_pack.testing.brokerprocess import BrokerProcess, checkout_environment
+from malamute_pack.testing.netns import Host, Lan, netns_available
 from malamute_pack.transport.curve import KeyPair, load_client_keys
 from tests.support import skip_slow
 
-# This helper's share of the project's names and addresses, for the tests.
-PREFIX = "mpg9"
+# This helper's share of the project's addresses, for the tests (each test
+# that runs the command has its own prefix: PackCommandTests.PREFIXES).
 SUBNET = "10.77.49"
 
 REACHABLE = (
@@ -662,19 +663,31 @@ def _bench_pack(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-TINY = ("--prefix", PREFIX, "--subnet", SUBNET, "--traffic-secs", "1", "--entries", "5")
+TINY = ("--subnet", SUBNET, "--traffic-secs", "1", "--entries", "5")
 
 
 class PackCommandTests(SynchronousTestCase):
-    """The command end to end, as root, on namespaces C{mpg9*}."""
+    """
+    The command end to end, as root, on namespaces of the test's prefix.
+
+    @cvar PREFIXES: each test method's C{--prefix} (the command's Lans add
+        C{t} and C{d} to it), used by no other test: tests run side by
+        side, and a Lan's create() deletes what its prefix names.
+    """
 
     skip = skip_slow
+    PREFIXES: ClassVar[dict[str, str]] = {
+        "test_tinyRun": "mpg6",
+        "test_tinyCurveRun": "mpg7",
+        "test_json": "mpg8",
+    }
 
     def setUp(self) -> None:
         reason = netns_available()
         if reason is not None:
             raise SkipTest(reason)
-        for lan in (Lan(f"{PREFIX}t", SUBNET, 2), Lan(f"{PREFIX}d", SUBNET, 3)):
+        self.prefix = self.PREFIXES[self._testMethodName]
+        for lan in (Lan(f"{self.prefix}t", SUBNET, 2), Lan(f"{self.prefix}d", SUBNET, 3)):
             self.addCleanup(self.assertEqual, lan.existing(), [])
 
     def test_tinyRun(self) -> None:
@@ -688,7 +701,8 @@ class PackCommandTests(SynchronousTestCase):
         gone.
         """
         result = _bench_pack(
-            *TINY, "--rounds", "1", "--messages", "2000", "--round-trips", "100", "--brokers", "3"
+            *("--prefix", self.prefix, *TINY),
+            *("--rounds", "1", "--messages", "2000", "--round-trips", "100", "--brokers", "3"),
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
@@ -725,7 +739,7 @@ class PackCommandTests(SynchronousTestCase):
     def check_traffic(self, lines: list[str], n: int) -> None:
         """A traffic table: a row per host and a median, directory and interest bytes positive."""
         rows = [line.split() for line in lines[1:]]
-        hosts = [f"{PREFIX}dh{i}" for i in range(1, n + 1)]
+        hosts = [f"{self.prefix}dh{i}" for i in range(1, n + 1)]
         self.assertEqual([row[0] for row in rows], [*hosts, "median"])
         self.assertGreater(float(rows[-1][2]), 0, lines)
         self.assertGreater(float(rows[-1][6]), 0, lines)
@@ -742,7 +756,7 @@ class PackCommandTests(SynchronousTestCase):
         packs' warning that they are open.
         """
         result = _bench_pack(
-            *("--prefix", PREFIX, "--subnet", SUBNET, "--traffic-secs", "1", "--entries", "2"),
+            *("--prefix", self.prefix, "--subnet", SUBNET, "--traffic-secs", "1", "--entries", "2"),
             *("--security", "open", "--security", "curve", "--rounds", "1"),
             *("--messages", "500", "--round-trips", "20", "--brokers", "2"),
         )
@@ -817,7 +831,7 @@ class PackCommandTests(SynchronousTestCase):
         rounds, and of the traffic figures from the first.
         """
         result = _bench_pack(
-            *TINY,
+            *("--prefix", self.prefix, *TINY),
             *("--only", "discovery", "--discovery", "beacon", "--brokers", "2", "--json"),
             *("--security", "open", "--security", "curve", "--discovery-rounds", "2"),
         )
@@ -839,7 +853,8 @@ class PackCommandTests(SynchronousTestCase):
             self.assertGreaterEqual(run["discovery_secs"], 0)
         for run in runs[:2]:
             self.assertEqual(
-                [row["host"] for row in run["traffic"]["rows"]], ["mpg9dh1", "mpg9dh2"]
+                [row["host"] for row in run["traffic"]["rows"]],
+                [f"{self.prefix}dh{i}" for i in (1, 2)],
             )
             self.assertEqual(run["traffic"]["security"], run["security"])
         self.assertEqual([run["traffic"] for run in runs[2:]], [None, None])

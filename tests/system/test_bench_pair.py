@@ -15,7 +15,6 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, BrokerError
 from malamute_pack.bench.pair import (
     ASYNC,
     CURVE,
@@ -35,6 +34,7 @@ from malamute_pack.bench.pair import (
     parse,
 )
 from malamute_pack.bench.pair.command import DEFAULT_KILLS, DEFAULT_ROUNDS
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, BrokerError
 from malamute_pack.transport.curve import load_client_keys
 from tests.support import skip_slow
 

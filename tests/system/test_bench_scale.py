@@ -17,11 +17,11 @@ import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import load, scale
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, fresh_ipc_endpoint
 from malamute_pack.bench.scenarios import SCENARIOS, Result
 from malamute_pack.matching import parse_pattern
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import from_zpl
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, fresh_ipc_endpoint
 from malamute_pack.zpl import parse_zpl
 from tests.support import skip_slow
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import zmq.auth
 from twisted.trial import unittest
 
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.client.bulk import BulkClient
+from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import (
     BrokerProcess,
     checkout_environment,
     fresh_ipc_endpoint,
 )
-from malamute_pack.client.bulk import BulkClient
-from malamute_pack.protocol import mlm
 from tests.support import skip_slow
 
 COMMAND = [sys.executable, "-m", "malamute_pack.cli"]
@@ -186,6 +186,40 @@ class StreamTests(CommandCase):
 
         line = self.fails("-e", broker.endpoint, "tail", "nowhere", "--from", "earliest")
         self.assertIn("stream 'nowhere' has no records", line)
+
+
+class RestartTests(CommandCase):
+    """
+    A broker restarted on the same data directory lists every stream of
+    its journal at once (L{malamute_pack.broker.streams.Streams.restore}),
+    with the journal's figures, before any client names them again.
+    """
+
+    def test_journalStreamsListedAfterRestart(self) -> None:
+        """
+        Records written to a stream before a restart: after it, the stream
+        is listed with its last sequence number and retained records, and
+        the status counts it, though no client has touched it since.
+        """
+        directory = Path(self.mktemp())
+        data = directory / "data"
+        first = BrokerProcess(directory / "first", data_dir=data)
+        first.start()
+        self.addCleanup(first.stop)
+        self.ok(first, "publish", "weather", "temp.paris", "21.5")
+        self.ok(first, "publish", "weather", "temp.oslo", "3.0")
+        self.wait_committed(first, "weather", 2)
+        first.stop()
+
+        second = BrokerProcess(directory / "second", data_dir=data)
+        second.start()
+        self.addCleanup(second.stop)
+        listed = {s["name"]: s for s in json.loads(self.ok(second, "streams", "--json"))}
+        self.assertIn("weather", listed)
+        self.assertEqual(listed["weather"]["last_seq"], 2)
+        self.assertEqual(listed["weather"]["first_seq"], 1)
+        self.assertEqual(listed["weather"]["readers"], 0)
+        self.assertEqual(json.loads(self.ok(second, "status", "--json"))["streams"], 1)
 
 
 class LetterTests(CommandCase):

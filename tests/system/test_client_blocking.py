@@ -10,12 +10,12 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench import brokerprocess
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.core import ClientState
 from malamute_pack.client.errors import ClientClosedError, MalamuteError
 from malamute_pack.client.events import Delivery
 from malamute_pack.protocol import mlm
+from malamute_pack.testing import brokerprocess
 from tests.support import skip_slow
 
 ROOT = brokerprocess.PROJECT_ROOT

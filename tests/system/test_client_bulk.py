@@ -12,10 +12,10 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from malamute_pack.client.bulk import BulkClient, RangeChunk
 from malamute_pack.client.errors import BrokerUnreachableError, MalamuteError
 from malamute_pack.protocol import chunks, mlm
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from tests.support import skip_slow
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench import brokerprocess
+from malamute_pack.testing import brokerprocess
 from tests.support import skip_slow
 from tests.system.test_client_blocking import ROOT, BrokerProcess
 

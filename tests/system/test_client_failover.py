@@ -20,7 +20,6 @@ from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.bulk import BulkClient, RangeChunk
 from malamute_pack.client.core import ClientState
@@ -30,6 +29,7 @@ from malamute_pack.client.reactor_client import MalamuteClient
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import makeBrokerService
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 from tests.support import skip_slow

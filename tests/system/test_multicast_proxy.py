@@ -14,12 +14,12 @@ from twisted.internet import reactor
 from twisted.internet.base import DelayedCall
 from twisted.trial.unittest import TestCase
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.reactor_client import MalamuteClient
 from malamute_pack.multicast import proxy, sockets
 from malamute_pack.multicast.proxy import ProxySource
 from malamute_pack.multicast.publisher import Publisher
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from tests.multicast_support import InProcessBroker, Wire, clock, settle, the_reactor, wait_for
 from tests.support import skip_slow
 

@@ -44,7 +44,8 @@ from typing import Any, ClassVar
 import zmq
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.matching import parse_pattern
+from malamute_pack.testing.brokerprocess import (
     PROJECT_ROOT,
     BrokerError,
     BrokerProcess,
@@ -54,8 +55,7 @@ from malamute_pack.bench.brokerprocess import (
     terminate,
     twistd_command,
 )
-from malamute_pack.bench.netns import Host, Lan, netns_available
-from malamute_pack.matching import parse_pattern
+from malamute_pack.testing.netns import Host, Lan, netns_available
 from tests.client_job import ClientJob
 from tests.support import skip_slow
 

@@ -4,7 +4,11 @@ headless C{chromium}, driven through selenium and C{chromium-driver}, loads
 the page from a real broker process's management API while clients make
 traffic, and the rendered tables must show the streams, clients, mailboxes
 and services that exist. A screenshot is saved under the trial temp
-directory and its path printed.
+directory and its path printed. The browser keeps everything it writes
+(profile, caches, crash dumps, chromedriver's log) in the test's own
+directory, its temporary files in a folder of its own that goes when it
+quits: nothing is left in /tmp, nothing is shared with another test
+process.
 
 Tests for: ``malamute_pack/ops/dashboard/`` (index.html, dashboard.js,
 dashboard.css).
@@ -13,14 +17,16 @@ dashboard.css).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twisted.trial import unittest
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.client import BlockingClient
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.support import skip_slow
 
 if TYPE_CHECKING:
@@ -109,6 +115,15 @@ class DashboardBrowserTests(unittest.TestCase):
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
+        # The browser's profile, caches and crash dumps go to this test's
+        # directory. Its temporary files (TMPDIR) go to a folder of its own,
+        # removed after it quits: the folder of its singleton socket, which
+        # chromium leaves behind when it is killed, must be in a short path
+        # (a socket's path is at most 107 bytes), so not under trial's.
+        home = Path(self.mktemp()).resolve()
+        home.mkdir(parents=True)
+        temporary = tempfile.mkdtemp(prefix="malamute-chromium-")
+        self.addCleanup(shutil.rmtree, temporary, ignore_errors=True)
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
         for argument in (
@@ -117,11 +132,16 @@ class DashboardBrowserTests(unittest.TestCase):
             "--disable-dev-shm-usage",
             "--window-size=1400,1300",
             "--lang=en-US",  # thousands separators as checked here
+            f"--user-data-dir={home / 'profile'}",
+            f"--disk-cache-dir={home / 'cache'}",
+            f"--crash-dumps-dir={home / 'crashes'}",
         ):
             options.add_argument(argument)
         # The page's console, to check that it logs no errors.
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+        environment = dict(os.environ, TMPDIR=temporary)
+        service = Service(CHROMEDRIVER, env=environment, log_output=str(home / "chromedriver.log"))
+        driver = webdriver.Chrome(options=options, service=service)
         self.addCleanup(driver.quit)
         return driver
 

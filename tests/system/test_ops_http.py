@@ -42,13 +42,13 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from malamute_pack.broker.access import AccessControl
 from malamute_pack.ops.admin import Admin
 from malamute_pack.ops.http import MAX_BODY, NO_ADMIN_WITHOUT_PASSWORDS, HttpAccess, make_site
 from malamute_pack.ops.stats import SECTIONS
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from malamute_pack.transport.security import SecurityService
 from tests.ops_support import COUNTERS, RATES, SCHEMA, WRITER, busy_broker
 from tests.support import capture_log, skip_slow
@@ -341,7 +341,7 @@ class SecuredApiTests(TestCase):
         )
         self.control = AccessControl(Clock())
         self.security = SecurityService(
-            cast(IReactorFromThreads, reactor), settings, None, self.control
+            cast(IReactorFromThreads, reactor), settings.security_files(), None, self.control
         )
         self.access = HttpAccess.from_settings(settings, self.control, Clock())
         self.admin = Admin(self.harness.broker, None)
@@ -539,7 +539,9 @@ class JournalApiTests(TestCase):
         access_file.write_text(ACL)
         settings = Settings(passwords=passwords, mechanism="plain", access_file=access_file)
         control = AccessControl(Clock())
-        SecurityService(cast(IReactorFromThreads, reactor), settings, None, control)
+        SecurityService(
+            cast(IReactorFromThreads, reactor), settings.security_files(), None, control
+        )
         site = make_site(
             self.statistics,
             Admin(self.harness.broker, self.journal),

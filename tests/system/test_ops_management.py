@@ -15,7 +15,6 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.broker.access import AccessControl, parse_access
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.broker.limits import Limits, check_name
@@ -24,6 +23,7 @@ from malamute_pack.ops.management import ERROR_SUBJECT, SERVICE, ManagementSessi
 from malamute_pack.ops.stats import SECTIONS, Statistics
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.broker_support import BrokerHarness
 from tests.memory_session import InMemorySession
 from tests.support import skip_slow

@@ -18,7 +18,6 @@ from pathlib import Path
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.ops.sdnotify import (
     SystemdNotifier,
     notify,
@@ -26,6 +25,7 @@ from malamute_pack.ops.sdnotify import (
     status_line,
     watchdog_period,
 )
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.support import skip_slow
 
 

@@ -24,7 +24,6 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.client import Agent, readBody
 
 from malamute_pack import settings as _settings
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import Journal
@@ -32,6 +31,7 @@ from malamute_pack.ops.management import SERVICE
 from malamute_pack.ops.service import OperationsService, stats_line
 from malamute_pack.startup import StartupError
 from malamute_pack.tap import Options, makeBrokerService
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from malamute_pack.transport.router import RouterService
 from malamute_pack.zpl import load_zpl
 from tests.clock_support import ThreadedClock

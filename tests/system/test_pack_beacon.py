@@ -13,20 +13,21 @@ import socket
 import subprocess
 import sys
 import textwrap
+from typing import ClassVar
 
 import psutil
 import zmq
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 from zmq.utils import z85
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT
-from malamute_pack.bench.netns import Lan, netns_available
 from malamute_pack.pack.beacon import BeaconListener, resolve_interface
 from malamute_pack.protocol.zre import Beacon, encode_beacon
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT
+from malamute_pack.testing.netns import Lan, netns_available
 from tests.support import skip_slow
 
-# This helper's share of the project's names and addresses (see the brief).
-PREFIX = "mpb1"
+# This helper's share of the project's addresses (see the brief; each test's
+# namespace prefix is in its class's PREFIXES).
 SUBNET = "10.77.12"
 
 OURS = bytes(range(16))
@@ -102,9 +103,10 @@ class ResolveTests(SynchronousTestCase):
         self.assertIn("no network interface", str(caught.exception))
 
 
-# Runs one BeaconService on eth0 for argv[3] seconds (uuid argv[1] in hex,
-# inbox port argv[2]) and prints, as JSON lines, the interface, each
-# discovery and departure, and the counters at the end.
+# Runs one BeaconService on eth0 (uuid argv[1] in hex, inbox port argv[2])
+# until argv[3] seconds after its first discovery (or 20 s without one: the
+# other may start late on a loaded machine) and prints, as JSON lines, the
+# interface, each discovery and departure, and the counters at the end.
 BEACONER = textwrap.dedent(
     """
     import json, sys
@@ -114,22 +116,27 @@ BEACONER = textwrap.dedent(
     def say(**fields):
         print(json.dumps(fields), flush=True)
 
+    def discovered(uuid, endpoint, key):
+        say(event="discovered", uuid=uuid.hex(), endpoint=endpoint)
+        if giving_up.active():
+            giving_up.cancel()
+            reactor.callLater(float(sys.argv[3]), stop)
+
     address, broadcast = resolve_interface("eth0")
     say(event="interface", address=address, broadcast=broadcast)
     service = BeaconService(
-        reactor, bytes.fromhex(sys.argv[1]), int(sys.argv[2]),
-        lambda uuid, endpoint, key: say(event="discovered", uuid=uuid.hex(), endpoint=endpoint),
+        reactor, bytes.fromhex(sys.argv[1]), int(sys.argv[2]), discovered,
         lambda uuid: say(event="departed", uuid=uuid.hex()),
         broadcast, interval=0.1,
     )
-    service.start()
 
     def stop():
         service.stop()
         say(event="counters", **vars(service.counters))
         reactor.stop()
 
-    reactor.callLater(float(sys.argv[3]), stop)
+    giving_up = reactor.callLater(20.0, stop)
+    service.start()
     reactor.run()
     """
 )
@@ -137,20 +144,24 @@ BEACONER = textwrap.dedent(
 
 class BeaconNamespaceTests(SynchronousTestCase):
     skip = skip_slow
+    # Each test method's namespace prefix, used by no other test: tests run
+    # side by side, and a Lan's create() deletes what its prefix names.
+    PREFIXES: ClassVar[dict[str, str]] = {"test_hearEachOther": "mpb1"}
 
     def setUp(self) -> None:
         why = netns_available()
         if why is not None:
             raise SkipTest(why)
-        self.lan = Lan(PREFIX, SUBNET, 2)
+        self.lan = Lan(self.PREFIXES[self._testMethodName], SUBNET, 2)
         self.addCleanup(self.lan.destroy)
         self.lan.create()
 
     def test_hearEachOther(self) -> None:
         """
         Two hosts' beacons reach each other with the sender's address as
-        the endpoint's host, never their own; the one that stops first is
-        seen to depart.
+        the endpoint's host, never their own; the one that stops first
+        (1.5 s after it heard the other, which stops 3 s after) is seen to
+        depart.
         """
         one, two = self.lan.hosts
         first = one.popen(
@@ -163,8 +174,8 @@ class BeaconNamespaceTests(SynchronousTestCase):
             stdout=subprocess.PIPE,
             cwd=PROJECT_ROOT,
         )
-        out_first, _ = first.communicate(timeout=20)
-        out_second, _ = second.communicate(timeout=20)
+        out_first, _ = first.communicate(timeout=40)
+        out_second, _ = second.communicate(timeout=40)
         self.assertEqual((first.returncode, second.returncode), (0, 0))
         heard_first = [json.loads(line) for line in out_first.splitlines()]
         heard_second = [json.loads(line) for line in out_second.splitlines()]

@@ -1,7 +1,7 @@
 """
 Interop with pyre (``colmena-zeromq-pyre``, zeromq's pure Python Zyre), as
 slow system tests run as root: two hosts made as network namespaces on one
-LAN (L{malamute_pack.bench.netns.Lan}, 10.77.12.0/24), our probe
+LAN (L{malamute_pack.testing.netns.Lan}, 10.77.12.0/24), our probe
 (C{python -m malamute_pack.pack.probe}) on one and a small pyre node on the
 other. Each finds the other by UDP beacons, sees it ENTER and JOIN the
 group, and they exchange WHISPER and SHOUT both ways; when our probe quits,
@@ -21,16 +21,16 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT
-from malamute_pack.bench.netns import Lan, netns_available
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT
+from malamute_pack.testing.netns import Lan, netns_available
 from tests.support import skip_slow
 
-# This helper's share of the project's names and addresses (see the brief).
-PREFIX = "mpb2"
+# This helper's share of the project's addresses (see the brief; each test's
+# namespace prefix is in its class's PREFIXES).
 SUBNET = "10.77.12"
 GROUP = "CHAT"
 
@@ -142,6 +142,9 @@ class Program:
 
 class PyreInteropTests(SynchronousTestCase):
     skip = skip_slow
+    # Each test method's namespace prefix, used by no other test: tests run
+    # side by side, and a Lan's create() deletes what its prefix names.
+    PREFIXES: ClassVar[dict[str, str]] = {"test_pyre": "mpb2"}
 
     def setUp(self) -> None:
         why = netns_available()
@@ -149,7 +152,7 @@ class PyreInteropTests(SynchronousTestCase):
             raise SkipTest(why)
         if importlib.util.find_spec("pyre") is None:
             raise SkipTest("pyre (colmena-zeromq-pyre) is not installed")
-        self.lan = Lan(PREFIX, SUBNET, 2)
+        self.lan = Lan(self.PREFIXES[self._testMethodName], SUBNET, 2)
         self.addCleanup(self.lan.destroy)
         self.lan.create()
 

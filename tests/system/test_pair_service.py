@@ -23,7 +23,6 @@ from twisted.logger import formatEvent
 from twisted.python import usage
 from twisted.trial.unittest import TestCase
 
-from malamute_pack.bench.brokerprocess import checkout_environment
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.journal.journal import Journal, Recovered
 from malamute_pack.journal.service import JournalService
@@ -36,6 +35,7 @@ from malamute_pack.protocol import mlm
 from malamute_pack.protocol import pair as wire
 from malamute_pack.settings import PairSettings, Settings
 from malamute_pack.tap import makeBrokerService
+from malamute_pack.testing.brokerprocess import checkout_environment
 from malamute_pack.transport.curve import load_client_keys, write_certificates
 from malamute_pack.transport.zap import ZapHandler
 from tests.e2e_support import Peer, clock, ipc_endpoint, settle, the_reactor, until

@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 
 import zmq
 
-from malamute_pack.bench.brokerprocess import checkout_environment, python_command
 from malamute_pack.pair.service import EXIT_GRACE_S, EXIT_YIELDED
+from malamute_pack.testing.brokerprocess import checkout_environment, python_command
 from tests.pair_system_support import (
     ACTIVE,
     CAUGHT_UP,

@@ -13,7 +13,8 @@ to a broker stream, and is restarted from its checkpoint leaves every row
 in the output stream exactly once; retention that overtakes a slow query
 is reported (or skipped with failOnDataLoss false); a broker that is down
 is a clear error; batch writes publish rows and do not duplicate them when
-run again under the same writerId.
+run again under the same writerId. The tests' session keeps its scratch
+space and its log in the test process's own directory.
 
 Slow (a JVM, brokers): skipped with MALAMUTE_SKIP_SLOW.
 """
@@ -34,13 +35,13 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StringType
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from malamute_pack.client.bulk import BulkClient, RangeChunk
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.journal.records import decode_frames
 from malamute_pack.spark import SCHEMA_DDL, SPARK_SCHEMA
 from malamute_pack.spark.fields import subject_fields
-from tests.spark_support import spark_session
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess
+from tests.spark_support import spark_for
 from tests.support import skip_slow
 
 Record = tuple[str, list[bytes]]
@@ -78,7 +79,7 @@ class SparkSourceTests(SynchronousTestCase):
     skip = skip_slow
 
     def setUp(self) -> None:
-        self.spark = spark_session()
+        self.spark = spark_for(self)
 
     def broker(self, config: str | None = None) -> BrokerProcess:
         """A broker on loopback with a journal, stopped (killed if need be) after the test."""
@@ -152,6 +153,22 @@ class SparkSourceTests(SynchronousTestCase):
         )
         self.addCleanup(query.stop)
         return query
+
+    def test_sessionKeepsToItsDirectory(self) -> None:
+        """
+        The tests' session holds nothing another test process (C{trial -j})
+        could collide on: no UI port; its scratch space and its log under
+        this process's working directory (trial's temporary directory).
+        """
+        conf = self.spark.sparkContext.getConf()
+        here = Path.cwd().resolve()
+        self.assertEqual(conf.get("spark.ui.enabled"), "false")
+        for key in ("spark.local.dir", "spark.sql.warehouse.dir", "spark.jars.ivy"):
+            # Spark qualifies the warehouse as a URL.
+            path = Path(str(conf.get(key)).removeprefix("file:"))
+            self.assertTrue(path.is_relative_to(here), f"{key}: {path}")
+        self.assertIn(f"-Djava.io.tmpdir={here}", str(conf.get("spark.driver.extraJavaOptions")))
+        self.assertTrue((here / "spark" / "spark.log").is_file())
 
     # Batch reads
 
@@ -301,13 +318,16 @@ class SparkSourceTests(SynchronousTestCase):
         frame = self.read_stream(broker, stream="a,b", start="earliest", maxRowsPerBatch="15")
         query = self.collecting(frame, self.mktemp(), batches, processingTime="200 milliseconds")
         sent = {"a": 10, "b": 0}
+
+        def caught_up() -> bool:
+            return sum(len(batch) for batch in batches) >= sum(sent.values())
+
+        # Each round is appended once the query has read the last: while it runs.
         for round_ in range(4):
             for stream in ("a", "b"):
                 self.publish(broker, stream, [(f"r{round_}", [b"x"])] * (round_ + 5))
                 sent[stream] += round_ + 5
-            time.sleep(0.3)
-        total = sum(sent.values())
-        wait_for(lambda: sum(len(batch) for batch in batches) >= total, f"{total} rows")
+            wait_for(caught_up, f"{sum(sent.values())} rows")
         query.stop()
         seen = sorted((row.stream, row.seq) for batch in batches for row in batch)
         wanted = [(name, seq) for name in ("a", "b") for seq in range(1, sent[name] + 1)]
@@ -362,7 +382,9 @@ class SparkSourceTests(SynchronousTestCase):
                 raise RuntimeError("injected failure in the middle of micro-batch 1")
             return subject
 
-        checked = udf(guard, StringType())
+        # A plain Python UDF, said outright: PySpark's guess from the type
+        # hints comes to the same but warns that it cannot tell.
+        checked = udf(guard, StringType(), useArrow=False)
         source = self.read_stream(
             broker, stream="in", start="earliest", maxRowsPerBatch="100", rowsPerPartition="50"
         )

@@ -25,11 +25,11 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from examples.spark_ticker_plant import VWAP_COLUMNS, start_plant, vwap, vwap_messages
 from examples.spark_trades import DEFAULT_SYMBOLS, Trade, generate_trades, publish, trade_list
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from malamute_pack.client import BlockingClient
 from malamute_pack.client.bulk import BulkClient, RangeChunk
 from malamute_pack.journal.records import decode_frames
-from tests.spark_support import spark_session
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess
+from tests.spark_support import spark_for
 from tests.support import skip_slow
 
 WINDOW_US = 10_000_000
@@ -171,7 +171,7 @@ class VwapTests(PlantAssertions):
         """
         start = 1_700_000_003_250_000
         stamped = [(start + i * 73_000, t) for i, t in enumerate(trade_list(600, seed=11))]
-        frame = spark_session().createDataFrame(self.rows(stamped), SOURCE_SCHEMA)
+        frame = spark_for(self).createDataFrame(self.rows(stamped), SOURCE_SCHEMA)
         got = {
             (r.symbol, epoch_us(r.window_start.astimezone(UTC))): Window(
                 r.vwap, r.volume, r.trades, r.last_trade_us
@@ -203,7 +203,7 @@ class VwapTests(PlantAssertions):
             ("trades", seq, ts, "", subject, None, frames)
             for seq, (subject, frames) in enumerate(bad_rows, 2)
         ]
-        result = vwap(spark_session().createDataFrame(rows, SOURCE_SCHEMA)).collect()
+        result = vwap(spark_for(self).createDataFrame(rows, SOURCE_SCHEMA)).collect()
         self.assertEqual(
             [(r.symbol, r.vwap, r.volume, r.trades) for r in result], [("A", 10.0, 100, 1)]
         )
@@ -215,7 +215,7 @@ class VwapTests(PlantAssertions):
         8601 UTC whatever the session's time zone.
         """
         ts_us = 1_700_000_012_345_678
-        session = spark_session()
+        session = spark_for(self)
         frame = session.createDataFrame(
             self.rows([(ts_us, Trade("ACME", 12.5, 40))]), SOURCE_SCHEMA
         )
@@ -365,7 +365,7 @@ class PlantTests(PlantAssertions):
         trades a micro-batch at most, until it stops; its progress reports.
         """
         query = start_plant(
-            spark_session(),
+            spark_for(self),
             self.broker.endpoint,
             str(checkpoint),
             available_now=True,

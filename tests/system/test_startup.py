@@ -24,15 +24,15 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from malamute_pack import settings as _settings
 from malamute_pack import startup
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.datadir import DataDirError, prepare
+from malamute_pack.multicast import tap as bridge_tap
+from malamute_pack.tap import Options
+from malamute_pack.testing.brokerprocess import (
     BrokerProcess,
     checkout_environment,
     fresh_ipc_endpoint,
     twistd_command,
 )
-from malamute_pack.datadir import DataDirError, prepare
-from malamute_pack.multicast import tap as bridge_tap
-from malamute_pack.tap import Options
 from malamute_pack.transport.router import BindError, bind_error_message
 from tests.support import skip_slow
 
@@ -473,6 +473,19 @@ class TwistdTests(SynchronousTestCase):
         self.assertOneLine(run, "option --bogus not recognized", "--help")
         run = self.twistd("--bogus", plugin="malamute-bridge")
         self.assertOneLine(run, "option --bogus not recognized", program="malamute-bridge")
+
+    def test_unknownConfigKey(self) -> None:
+        """A misspelt config key stops the start, in one line naming it and the key meant."""
+        (self.directory / "malamute.cfg").write_text(
+            "server\n    timeout = 1000\nmalamute\n    data-dir = d\nserver\n    timout = 5000\n"
+        )
+        run = self.twistd("-c", "malamute.cfg", "-e", fresh_ipc_endpoint("start"))
+        self.assertEqual(
+            self.assertOneLine(run),
+            "malamute: config error: malamute.cfg line 6: unknown key server/timout;"
+            " did you mean server/timeout?",
+        )
+        self.assertFalse((self.directory / "d").exists(), "the broker made its data directory")
 
     def test_failsAfterTheJournalOpened(self) -> None:
         """

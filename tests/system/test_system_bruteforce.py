@@ -23,7 +23,7 @@ from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.bench import bruteforce
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, checkout_environment
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, checkout_environment
 from tests.support import skip_slow
 
 _log = Logger()

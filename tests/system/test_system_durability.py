@@ -11,7 +11,7 @@ tests.system.test_system_durability``.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``,
 ``tests/system_load.py`` and the broker process of
-L{malamute_pack.bench.brokerprocess}.
+L{malamute_pack.testing.brokerprocess}.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from time import monotonic, sleep
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess, fresh_ipc_endpoint
 from tests.support import fill_disk, mount_tmpfs, skip_slow
 from tests.system_load import (
     Delivery,

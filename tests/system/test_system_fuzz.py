@@ -19,9 +19,9 @@ from pathlib import Path
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.fuzz_frames import FrameFuzzer
 from tests.support import skip_slow
 

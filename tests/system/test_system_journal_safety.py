@@ -1,6 +1,6 @@
 """
 Slow system tests of the broker's data directory and journal safety with
-the broker as a real process (L{malamute_pack.bench.brokerprocess}):
+the broker as a real process (L{malamute_pack.testing.brokerprocess}):
 
 - one broker per data directory: a second broker on it exits non-zero
   naming the first's pid, and touches nothing; after the first is killed
@@ -17,7 +17,7 @@ Skipped with ``MALAMUTE_SKIP_SLOW=1``. Run with
 ``.venv/bin/python -m twisted.trial tests.system.test_system_journal_safety``.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``
-and the broker process of L{malamute_pack.bench.brokerprocess}.
+and the broker process of L{malamute_pack.testing.brokerprocess}.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from pathlib import Path
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.journal import JOURNAL_MARKER
+from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import (
     BrokerError,
     BrokerProcess,
     fresh_ipc_endpoint,
 )
-from malamute_pack.journal import JOURNAL_MARKER
-from malamute_pack.protocol import mlm
 from tests.support import skip_slow
 from tests.system_support import Peer
 

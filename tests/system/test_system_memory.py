@@ -1,6 +1,6 @@
 """
 Slow system tests of the broker's memory bounds, with the broker as a real
-process (L{malamute_pack.bench.brokerprocess}) and its resident memory read
+process (L{malamute_pack.testing.brokerprocess}) and its resident memory read
 with psutil while careless clients push at it:
 
 - a stream reader that never drains its socket (journal on and off);
@@ -13,7 +13,7 @@ generous liveness bound, not a benchmark). The figures are printed for the
 record. Skipped with C{MALAMUTE_SKIP_SLOW=1}.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``
-and the broker process of L{malamute_pack.bench.brokerprocess}.
+and the broker process of L{malamute_pack.testing.brokerprocess}.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import psutil
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.support import skip_slow
 from tests.system_support import Peer
 

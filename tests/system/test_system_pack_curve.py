@@ -24,7 +24,7 @@ from pathlib import Path
 from time import sleep
 from typing import ClassVar
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT, checkout_environment, python_command
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT, checkout_environment, python_command
 from malamute_pack.transport.curve import write_certificates
 from tests.pack_system_support import GOSSIP_PORT, PACK, AgentProcess, PackCase, joined
 

@@ -21,7 +21,7 @@ from contextlib import closing
 from time import monotonic, sleep
 from typing import ClassVar
 
-from malamute_pack.bench.netns import Host
+from malamute_pack.testing.netns import Host
 from tests.pack_system_support import AgentProcess, Event, PackCase, joined, left
 from tests.system.test_system_pack import numbered, subjects, tally
 

@@ -26,8 +26,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
-from malamute_pack.bench.brokerprocess import run_python
 from malamute_pack.broker.access import NOT_ALLOWED
+from malamute_pack.testing.brokerprocess import run_python
 from tests.pair_system_support import (
     ACTIVE,
     CAUGHT_UP,

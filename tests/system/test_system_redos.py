@@ -19,10 +19,10 @@ from pathlib import Path
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.errors import MalamuteError
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.fuzz_frames import EXPLOSIVE_PATTERNS, EXPLOSIVE_SUBJECTS
 from tests.support import skip_slow
 from tests.system_support import Peer

@@ -1,6 +1,6 @@
 """
 Slow system tests of identities with the broker as a real process
-(L{malamute_pack.bench.brokerprocess}) and real ZeroMQ security:
+(L{malamute_pack.testing.brokerprocess}) and real ZeroMQ security:
 
 - PLAIN: an address belongs to the user who opened it; another user can
   neither take it over nor open it while it is free, and never receives
@@ -14,7 +14,7 @@ Slow system tests of identities with the broker as a real process
 Skipped with C{MALAMUTE_SKIP_SLOW=1}.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``
-and the broker process of L{malamute_pack.bench.brokerprocess}.
+and the broker process of L{malamute_pack.testing.brokerprocess}.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.broker.access import NOT_ALLOWED
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.options import CurveKeys
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.transport.curve import write_certificates
 from tests.support import skip_slow
 from tests.system_support import Peer, SystemCase

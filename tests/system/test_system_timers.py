@@ -1,6 +1,6 @@
 """
 Slow system tests of the broker's timers with the broker as a real process
-(L{malamute_pack.bench.brokerprocess}):
+(L{malamute_pack.testing.brokerprocess}):
 
 - a letter sent with a timeout, taken by a version 2 recipient that leaves
   without DONE, goes back to its mailbox and still expires once: its
@@ -12,15 +12,15 @@ Slow system tests of the broker's timers with the broker as a real process
 Skipped with C{MALAMUTE_SKIP_SLOW=1}.
 
 Tests: this is a test module; its helpers are ``tests/system_support.py``
-and the broker process of L{malamute_pack.bench.brokerprocess}.
+and the broker process of L{malamute_pack.testing.brokerprocess}.
 """
 
 from __future__ import annotations
 
 import time
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.support import skip_slow
 from tests.system_support import Peer, SystemCase
 

@@ -17,15 +17,15 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import twisted
 from malamute_pack import settings as _settings
-from malamute_pack.bench.brokerprocess import (
+from malamute_pack.broker.limits import Limits
+from malamute_pack.startup import FailFast
+from malamute_pack.tap import Options, makeBrokerService, makeService
+from malamute_pack.testing.brokerprocess import (
     PROJECT_ROOT,
     BrokerProcess,
     fresh_ipc_endpoint,
     twistd_command,
 )
-from malamute_pack.broker.limits import Limits
-from malamute_pack.startup import FailFast
-from malamute_pack.tap import Options, makeBrokerService, makeService
 from malamute_pack.transport.curve import write_certificates
 from tests.support import skip_slow
 

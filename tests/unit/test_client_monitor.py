@@ -12,9 +12,9 @@ import struct
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 from malamute_pack.client.dealer import make_watched_dealer
 from malamute_pack.client.monitor import LinkChange, link_change, unwatch
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 
 
 class LinkChangeTests(SynchronousTestCase):

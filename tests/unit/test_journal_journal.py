@@ -78,102 +78,6 @@ def seqs(records: list[StreamRecord]) -> list[int]:
 
 class StreamTests(TestCase):
     @inlineCallbacks
-    def test_seqWithoutGapsAcrossRestarts(self) -> Inline:
-        """
-        Sequence numbers start at 1 per stream, have no gaps, and go on
-        from where they were after the journal is closed and reopened.
-        """
-        path = new_path(self)
-        journal, recovered = open_journal(self, path)
-        self.assertEqual(recovered.streams, {})
-        self.assertEqual(append(journal, "a", 3), [1, 2, 3])
-        self.assertEqual(append(journal, "b", 1), [1])
-        yield journal.close()
-
-        journal, recovered = open_journal(self, path)
-        self.assertEqual(recovered.streams, {"a": (1, 3), "b": (1, 1)})
-        self.assertEqual((journal.first_seq("a"), journal.last_seq("a")), (1, 3))
-        self.assertEqual(append(journal, "a", 2), [4, 5])
-        records = yield journal.read_stream("a", 1, 100)
-        self.assertEqual(seqs(records), [1, 2, 3, 4, 5])
-
-    @inlineCallbacks
-    def test_crashSkipsNumbering(self) -> Inline:
-        """
-        After a crash (the database left marked as open) sequence numbers
-        and letter ids jump by C{crash_skip}, so none handed out before the
-        crash can come again; after a clean close they go on densely.
-        """
-        path = new_path(self)
-        config = JournalConfig(crash_skip=1000)
-        crashed, _ = open_journal(self, path, config)
-        append(crashed, "a", 3)
-        append(crashed, "empty", 1)
-        crashed.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda error: None)
-        yield crashed.flush()
-        # A second journal opens the file while the first still has it open:
-        # what a restart after kill -9 finds.
-        journal, recovered = open_journal(self, path, config)
-        self.assertTrue(journal.crashed)
-        self.assertEqual(recovered.streams["a"], (1, 1003))
-        self.assertEqual(append(journal, "a", 1), [1004])
-        records = yield journal.read_stream("a", 4, 10)
-        self.assertEqual(seqs(records), [1004])
-        self.assertEqual(journal.first_seq("empty"), 1)
-        record = journal.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda e: None)
-        self.assertEqual(record.id, 1002)
-        yield journal.close()
-        journal, _ = open_journal(self, path, config)
-        self.assertFalse(journal.crashed)
-        self.assertEqual(append(journal, "a", 1), [1005])
-
-    @inlineCallbacks
-    def test_unknownStream(self) -> Inline:
-        """
-        A stream never written has first_seq 1 and last_seq 0, reads empty,
-        and its seq_at_time is 1.
-        """
-        journal, _ = open_journal(self)
-        self.assertEqual((journal.first_seq("x"), journal.last_seq("x")), (1, 0))
-        self.assertEqual((yield journal.read_stream("x", 1, 10)), [])
-        self.assertEqual((yield journal.seq_at_time("x", 0.0)), 1)
-
-    @inlineCallbacks
-    def test_readIncludesUncommitted(self) -> Inline:
-        """
-        read_stream returns records appended but not yet committed, with
-        their content, in order and up to the limit.
-        """
-        journal, _ = open_journal(self, config=SLOW_COMMIT)
-        append(journal, "s", 5)
-        records = yield journal.read_stream("s", 2, 3)
-        self.assertEqual(journal.counters.records_written, 0)
-        self.assertEqual(seqs(records), [2, 3, 4])
-        self.assertEqual(
-            records[0], StreamRecord("s", 2, 1000.0, "sender", "subject.1", (b"body", b"1"))
-        )
-
-    @inlineCallbacks
-    def test_readAcrossCommittedAndUncommitted(self) -> Inline:
-        """
-        A read that starts among committed records continues into the
-        uncommitted ones without a gap or a repeat, and records read back
-        from disk equal those appended.
-        """
-        journal, _ = open_journal(self, config=SLOW_COMMIT)
-        append(journal, "s", 5)
-        yield journal.flush()
-        committed = yield journal.read_stream("s", 1, 5)
-        append(journal, "s", 5)
-        self.assertEqual(journal.counters.records_written, 5)
-        records = yield journal.read_stream("s", 2, 6)
-        self.assertEqual(seqs(records), [2, 3, 4, 5, 6, 7])
-        records = yield journal.read_stream("s", 1, 100)
-        self.assertEqual(seqs(records), list(range(1, 11)))
-        self.assertEqual(records[:5], committed)
-        self.assertEqual(records[7].content, (b"body", b"2"))
-
-    @inlineCallbacks
     def test_seqAtTime(self) -> Inline:
         """
         seq_at_time is the first seq whose timestamp is at or after the
@@ -193,39 +97,6 @@ class StreamTests(TestCase):
 
 
 class GroupCommitTests(TestCase):
-    @inlineCallbacks
-    def test_burstIsBatched(self) -> Inline:
-        """
-        A burst of appends is written in far fewer transactions than records.
-        """
-        journal, _ = open_journal(self)
-        append(journal, "s", 3000)
-        self.assertEqual(journal.pending_writes, 3000)
-        yield journal.flush()
-        self.assertEqual(journal.counters.records_written, 3000)
-        self.assertEqual(journal.pending_writes, 0)
-        self.assertLessEqual(journal.counters.batches, 30)
-        self.assertGreater(journal.counters.bytes_written, 3000 * 8)
-
-    @inlineCallbacks
-    def test_backlogWatched(self) -> Inline:
-        """
-        The bytes handed to the writer and not yet written are counted; the
-        watcher hears once when they pass the limit and once when they are
-        back under half of it, and the count returns to zero.
-        """
-        journal, _ = open_journal(self)
-        heard: list[bool] = []
-        journal.watch_backlog(50_000, heard.append)
-        for i in range(100):
-            journal.append_stream("s", "sender", "subject", [b"x" * 1000], 1000.0 + i)
-        self.assertEqual((heard, journal.backlog_bytes), ([], 0))  # not handed over yet
-        flushed = journal.flush()
-        self.assertEqual(heard, [True])
-        self.assertGreater(journal.backlog_bytes, 100 * 1000)
-        yield flushed
-        self.assertEqual((heard, journal.backlog_bytes), ([True, False], 0))
-
     @inlineCallbacks
     def test_maxBatchOfOne(self) -> Inline:
         """
@@ -417,24 +288,6 @@ class QueuedTests(TestCase):
         journal, recovered = open_journal(self, path)
         self.assertEqual(recovered.streams, {"s": (3, 3)})
         self.assertEqual([r.id for r in recovered.queued], [3])
-
-    @inlineCallbacks
-    def test_failingCallbackDoesNotStopOthers(self) -> Inline:
-        """
-        An on_durable callback that raises is logged; the batch's other
-        callbacks still run.
-        """
-        journal, _ = open_journal(self)
-        acks: list[JournalError | None] = []
-
-        def broken(error: JournalError | None) -> None:
-            raise RuntimeError("callback bug")
-
-        journal.store_queued("mailbox", "m", "a", "s", "t", None, [], broken)
-        journal.store_queued("mailbox", "m", "a", "s", "t", None, [], acks.append)
-        yield journal.flush()
-        self.assertEqual(acks, [None])
-        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
 
 class LifecycleTests(TestCase):

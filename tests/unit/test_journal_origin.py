@@ -1,6 +1,6 @@
 """
 Tests for where a journaled stream record came from (``origin`` and
-``origin_seq`` in L{malamute_pack.journal.journal},
+``origin_seq`` in L{malamute_pack.journal.journal} and L{malamute_pack.journal.reads},
 L{malamute_pack.journal.writer} and L{malamute_pack.journal.schema}): records
 forwarded by a peer and local ones read back with their origin, uncommitted
 and committed; a journal made before the columns existed is migrated with
@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import Journal, JournalConfig, RetentionPolicy, StreamRecord
-from malamute_pack.journal.journal import _FIRST_ORIGIN, _NEXT_ORIGIN, _ORIGIN_MARK
+from malamute_pack.journal.reads import FIRST_ORIGIN, NEXT_ORIGIN, ORIGIN_MARK
 from malamute_pack.journal.schema import MIGRATIONS, ORIGIN_INDEX, migrate
 from tests.unit.test_journal_journal import SLOW_COMMIT, new_path, open_journal
 
@@ -164,7 +164,7 @@ class MigrationTests(TestCase):
                 conn.execute(
                     "EXPLAIN QUERY PLAN " + query, ("s", "b1", 1)[: query.count("?")]
                 ).fetchone()[3]
-                for query in (_FIRST_ORIGIN, _ORIGIN_MARK, _NEXT_ORIGIN)
+                for query in (FIRST_ORIGIN, ORIGIN_MARK, NEXT_ORIGIN)
             ]
         self.assertEqual(strict, 1)
         self.assertEqual(columns["origin"], ("TEXT", 1, "''"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import PROJECT_ROOT
+from malamute_pack.testing.brokerprocess import PROJECT_ROOT
 
 # A test module named by path (a * stands for any part of a name) or by
 # dotted module name.

@@ -22,7 +22,6 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.broker.limits import Limits
-from malamute_pack.broker.store import StreamRecord
 from malamute_pack.broker.streams import NOTICE
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.reactor_client import MalamuteClient
@@ -34,6 +33,7 @@ from malamute_pack.multicast.repair import TcpRepairs
 from malamute_pack.protocol import mlm, multicast
 from malamute_pack.protocol.multicast import Header
 from malamute_pack.settings import Settings
+from malamute_pack.store import StreamRecord
 from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import ZmqSocket

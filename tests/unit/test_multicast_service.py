@@ -14,7 +14,6 @@ from pathlib import Path
 import zmq
 from twisted.trial.unittest import TestCase
 
-from malamute_pack.bench.brokerprocess import fresh_ipc_endpoint
 from malamute_pack.client.events import Delivery
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.reactor_client import MalamuteClient
@@ -24,6 +23,7 @@ from malamute_pack.multicast.publisher import Publisher
 from malamute_pack.multicast.service import BridgeService
 from malamute_pack.multicast.tap import makeBridgeService
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import fresh_ipc_endpoint
 from tests.multicast_support import InProcessBroker, settle, the_reactor, wait_for
 
 ANY = "tcp://127.0.0.1:*"

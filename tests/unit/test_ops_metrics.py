@@ -20,6 +20,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.ops.metrics import MAX_LABEL_SETS, OTHER, MetricsRenderer, bounded
+from malamute_pack.pack.feature import FEATURE as PACK
 from malamute_pack.pack.service import PackService
 from malamute_pack.protocol import mlm
 from malamute_pack.settings import PackSettings
@@ -145,7 +146,7 @@ class RenderTests(SynchronousTestCase):
         )
         service.startService()
         self.addCleanup(service.stopService)
-        self.statistics.pack = service
+        self.statistics.show("pack", PACK.shown(service, PackSettings(name="p")))
         assert service.zyre is not None
         stranger, _ = zmq.curve_keypair()
         service.zyre.node.discovered(b"s" * 16, "tcp://127.0.0.1:1", stranger)

@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.broker.store import QueuedRecord
 from malamute_pack.journal.records import StreamRow, encode_frames, stream_row
 from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
 from malamute_pack.protocol import pair
@@ -47,6 +46,7 @@ from malamute_pack.protocol.pair import (
     Ship,
     StreamDeleted,
 )
+from malamute_pack.store import QueuedRecord
 
 U64_MAX = 2**64 - 1
 

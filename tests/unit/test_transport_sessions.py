@@ -17,8 +17,8 @@ from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.receipts import Receipts
 from malamute_pack.broker.session import Hold
-from malamute_pack.broker.store import StreamRecord
 from malamute_pack.protocol import mlm
+from malamute_pack.store import StreamRecord
 from malamute_pack.transport.dialects import MlmVersion1, MlmVersion2
 from malamute_pack.transport.sessions import MlmSessions
 

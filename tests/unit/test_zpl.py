@@ -59,3 +59,11 @@ class ParseTests(SynchronousTestCase):
     def test_unterminatedQuote(self) -> None:
         """An unterminated quoted value is refused."""
         self.assertRaises(ZplError, parse_zpl, 'a = "open\n')
+
+
+class LinesTests(SynchronousTestCase):
+    def test_firstLineOfEachKey(self) -> None:
+        """The tree knows the line each key is first given on (for start-up's errors)."""
+        tree = parse_zpl("# comment\nserver\n    timeout = 1\n\nbind\n    e = a\n    e = b\n")
+        self.assertEqual(tree.lines, {"server/timeout": 3, "bind/e": 6})
+        self.assertEqual(tree["bind/e"], ["a", "b"])

@@ -1,7 +1,7 @@
 """
 ``python -m malamute_pack.bench multicast``: the figures of a multicast
 bridge (``docs/multicast.md``), measured on three hosts made as network
-namespaces on one bridge (L{malamute_pack.bench.netns}, prefix C{mpb},
+namespaces on one bridge (L{malamute_pack.testing.netns}, prefix C{mpb},
 C{10.77.62.0/24}; root only), each broker a real ``twistd malamute``
 process with its journal:
 
@@ -20,12 +20,13 @@ records missing after repair, duplicated or late, the loss before repair
 bridge wrote from TCP repairs over all it wrote, from the counters it logs
 as it stops); and each broker's CPU time.
 
-The parts: L{malamute_pack.bench.multicast.brokers} (the brokers and their
-bridge options), L{malamute_pack.bench.multicast.roles} (the producer and
-readers), L{malamute_pack.bench.multicast.counters} (iptables, the
-kernel's counters, CPU time), L{malamute_pack.bench.multicast.throughput}
-(the runs and figures) and L{malamute_pack.bench.multicast.command} (the
-options, L{main}).
+The parts (this package gives their public names):
+
+- C{brokers}: the brokers and their bridge options.
+- C{roles}: the producer and the readers.
+- C{counters}: iptables, the kernel's counters, CPU time.
+- C{throughput}: the runs and their figures.
+- C{command}: the options, what the machine needs, L{main}.
 
 Tests: ``tests/system/test_bench_multicast.py``.
 """

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from malamute_pack.bench.brokerprocess import BrokerProcess, Started
-from malamute_pack.bench.netns import Lan
 from malamute_pack.bench.pack.brokers import stop_all
+from malamute_pack.testing.brokerprocess import BrokerProcess, Started
+from malamute_pack.testing.netns import Lan
 
 PREFIX = "mpb"
 SUBNET = "10.77.62"

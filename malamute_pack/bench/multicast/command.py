@@ -29,11 +29,11 @@ from pathlib import Path
 import zmq
 
 from malamute_pack.bench import scenarios
-from malamute_pack.bench.brokerprocess import BrokerError
 from malamute_pack.bench.multicast.brokers import GROUP, HOSTS, PREFIX, SUBNET
 from malamute_pack.bench.multicast.counters import CounterError
 from malamute_pack.bench.multicast.throughput import LOSSY, MulticastResult, RunSettings, measure
-from malamute_pack.bench.netns import Lan, NetnsError, netns_available
+from malamute_pack.testing.brokerprocess import BrokerError
+from malamute_pack.testing.netns import Lan, NetnsError, netns_available
 
 DEFAULT_MESSAGES = 100_000
 DEFAULT_ROUNDS = 1

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from malamute_pack.bench.netns import Host
+from malamute_pack.testing.netns import Host
 
 
 class CounterError(Exception):

@@ -42,8 +42,8 @@ from malamute_pack.bench.multicast.brokers import (
     MulticastBrokers,
     inbound_counters,
 )
-from malamute_pack.bench.netns import Lan
 from malamute_pack.bench.pack.brokers import notable_lines
+from malamute_pack.testing.netns import Lan
 
 NO_LOSS = "no_loss"
 # The receiver whose host drops packets in a lossy run.

@@ -1,8 +1,8 @@
 """
 ``python -m malamute_pack.bench pack``: the pack's figures, measured on
-hosts made as network namespaces on one bridge (L{malamute_pack.bench.netns};
+hosts made as network namespaces on one bridge (L{malamute_pack.testing.netns};
 root only), each broker a real ``twistd malamute --pack`` process with its
-journal (L{malamute_pack.bench.brokerprocess}).
+journal (L{malamute_pack.testing.brokerprocess}).
 
 1. Two brokers (beacons), A and B. The benchmark's own scenarios and load
    processes (L{malamute_pack.bench.scenarios}, L{malamute_pack.bench.load})
@@ -51,16 +51,18 @@ rounds and discovery runs each with their security, and the comparisons.
 The figures of a default run on the project's machine are in L{EPILOG}
 (shown by C{--help}).
 
-The parts, a module each: L{malamute_pack.bench.pack.command} (the
-options, the report, L{main}), L{malamute_pack.bench.pack.pair} (1),
-L{malamute_pack.bench.pack.discovery} (2), L{malamute_pack.bench.pack.traffic}
-(3), L{malamute_pack.bench.pack.brokers} (the brokers in their namespaces),
-L{malamute_pack.bench.pack.keys} (the CURVE packs' keys),
-L{malamute_pack.bench.pack.roles} (the load roles in theirs),
-L{malamute_pack.bench.pack.logs} (reading the brokers' logs),
-L{malamute_pack.bench.pack.figures} (medians, ratios, tables) and
-L{malamute_pack.bench.pack.common} (what they share). This package gives
-their public names.
+The parts, a module each (this package gives their public names):
+
+- C{command}: the options, the report, L{main}.
+- C{pair}: part 1, two brokers.
+- C{discovery}: part 2, discovery.
+- C{traffic}: part 3, traffic.
+- C{brokers}: the brokers in their namespaces.
+- C{keys}: the CURVE packs' keys.
+- C{roles}: the load roles in their namespaces.
+- C{logs}: reading the brokers' logs.
+- C{figures}: medians, ratios, tables.
+- C{common}: what they share.
 
 Tests: ``tests/system/test_bench_pack.py``.
 """

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 
-from malamute_pack.bench.brokerprocess import BrokerError, BrokerProcess
-from malamute_pack.bench.netns import Host
 from malamute_pack.bench.pack.common import BEACON, PackBenchError
 from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.logs import DiscoveryWatch, LogFollower, notable
+from malamute_pack.testing.brokerprocess import BrokerError, BrokerProcess
+from malamute_pack.testing.netns import Host
 
 GOSSIP_PORT = 5680
 # Seconds between two reads of the brokers' logs while discovery runs.

@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from malamute_pack.bench import scenarios
-from malamute_pack.bench.brokerprocess import BrokerError
-from malamute_pack.bench.netns import Lan, NetnsError, netns_available
 from malamute_pack.bench.pack.common import (
     CROSS_HOST,
     CURVE,
@@ -46,6 +44,8 @@ from malamute_pack.bench.pack.discovery import (
 from malamute_pack.bench.pack.figures import Comparison, comparison_lines, median, show, table
 from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.pair import PairResult, measure_pair
+from malamute_pack.testing.brokerprocess import BrokerError
+from malamute_pack.testing.netns import Lan, NetnsError, netns_available
 
 DEFAULT_PREFIX = "mpg1"
 DEFAULT_SUBNET = "10.77.41"

@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from malamute_pack.bench.brokerprocess import BrokerProcess
-from malamute_pack.bench.netns import Lan
 from malamute_pack.bench.pack.brokers import follow, notable_lines, pack_arguments, running
 from malamute_pack.bench.pack.common import (
     BROKER_TIMEOUT_MS,
@@ -33,6 +31,8 @@ from malamute_pack.bench.pack.figures import Comparison, median, show
 from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.logs import DiscoveryWatch
 from malamute_pack.bench.pack.traffic import TrafficResult, measure_traffic
+from malamute_pack.testing.brokerprocess import BrokerProcess
+from malamute_pack.testing.netns import Lan
 
 
 @dataclass

@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from malamute_pack.bench import load, scenarios
-from malamute_pack.bench.brokerprocess import BrokerProcess
-from malamute_pack.bench.netns import Lan
 from malamute_pack.bench.pack.brokers import follow, notable_lines, pack_arguments, running
 from malamute_pack.bench.pack.common import (
     BEACON,
@@ -50,6 +48,8 @@ from malamute_pack.bench.pack.figures import Comparison, median, ratio, show, ta
 from malamute_pack.bench.pack.keys import PackKeys
 from malamute_pack.bench.pack.logs import DiscoveryWatch
 from malamute_pack.bench.pack.roles import NamespaceContext, settled
+from malamute_pack.testing.brokerprocess import BrokerProcess
+from malamute_pack.testing.netns import Lan
 
 # The roles that run on host B in the cross-host runs (every other on A).
 REMOTE_ROLES: dict[str, tuple[str, ...]] = {STREAM: ("reader-0",), SERVICE: ("worker",)}

@@ -4,7 +4,7 @@ namespaces for the pack benchmark: senders that wait L{SETTLE} seconds
 after the go before their first message (L{settled}), and a
 C{multiprocessing} context for L{malamute_pack.bench.scenarios.run}
 (L{NamespaceContext}) whose processes are
-L{malamute_pack.bench.brokerprocess.python_command} subprocesses in a
+L{malamute_pack.testing.brokerprocess.python_command} subprocesses in a
 namespace, each running L{role_main} with its end of the runner's pipe.
 
 Tests: ``tests/system/test_bench_pack.py``.
@@ -26,7 +26,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from malamute_pack.bench import load, scenarios
-from malamute_pack.bench.brokerprocess import checkout_environment, python_command
+from malamute_pack.testing.brokerprocess import checkout_environment, python_command
 
 # Seconds a sender waits after the go: the pack learns the readers' interest.
 SETTLE = 0.5

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import zmq
 
-from malamute_pack.bench.brokerprocess import BrokerProcess, checkout_environment, python_command
-from malamute_pack.bench.netns import Host
 from malamute_pack.bench.pack.common import CLIENT_ENDPOINT, OPEN, PackBenchError
 from malamute_pack.bench.pack.figures import show, table
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess, checkout_environment, python_command
+from malamute_pack.testing.netns import Host
 
 # Seconds after the last client's "done" before a traffic phase's counters are read.
 TRAFFIC_TAIL = 1.0

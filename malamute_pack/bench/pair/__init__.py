@@ -18,10 +18,12 @@ fresh abstract ipc names.
    the first by the new one, their median and maximum, and the letters
    acknowledged but lost (goal 0).
 
-The parts: L{malamute_pack.bench.pair.brokers} (the setups),
-L{malamute_pack.bench.pair.throughput}, L{malamute_pack.bench.pair.failover}
-and L{malamute_pack.bench.pair.command} (the options, L{main}; the lines it
-prints).
+The parts (this package gives their public names):
+
+- C{brokers}: the setups (a single broker, sync and async pairs).
+- C{throughput}: part 1.
+- C{failover}: part 2.
+- C{command}: the options, L{main}, the lines it prints.
 
 Tests: ``tests/system/test_bench_pair.py``.
 """

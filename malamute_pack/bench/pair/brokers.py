@@ -29,7 +29,7 @@ import secrets
 import time
 from pathlib import Path
 
-from malamute_pack.bench.brokerprocess import ANY_TCP_PORT, BrokerError, BrokerProcess, Started
+from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerError, BrokerProcess, Started
 from malamute_pack.transport.curve import server_secret
 
 SINGLE, SYNC, ASYNC = "single", "sync", "async"

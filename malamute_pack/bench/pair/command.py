@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from malamute_pack.bench import load, scenarios
-from malamute_pack.bench.brokerprocess import BrokerError
 from malamute_pack.bench.pair.brokers import ASYNC, SYNC
 from malamute_pack.bench.pair.failover import FailoverError, measure_failover
 from malamute_pack.bench.pair.throughput import MEASURES, Counts, measure_throughput
+from malamute_pack.testing.brokerprocess import BrokerError
 
 THROUGHPUT, FAILOVER = "throughput", "failover"
 DEFAULT_ROUNDS = 3

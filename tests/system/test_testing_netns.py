@@ -1,5 +1,5 @@
 """
-Tests for L{malamute_pack.bench.netns}: the names a L{Lan} makes, and, as
+Tests for L{malamute_pack.testing.netns}: the names a L{Lan} makes, and, as
 slow system tests run as root, real Lans: a UDP broadcast from one host
 reaches the others, TCP connects across hosts, nothing appears in the root
 namespace, and destroy() (and create() after a killed run) leaves nothing
@@ -13,14 +13,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import ClassVar
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from malamute_pack.bench.netns import IFNAME_MAX, Lan, namespaces, netns_available
+from malamute_pack.testing.netns import IFNAME_MAX, Lan, namespaces, netns_available
 from tests.support import skip_slow
 
-# This helper's share of the project's names and addresses (see the brief).
-PREFIX = "mpc1"
+# This helper's share of the project's names and addresses (see the brief):
+# NamesTests' prefix is never created; each of LanTests' is its own.
+PREFIX = "mpn0"
 SUBNET = "10.77.13"
 
 # Receives one UDP datagram on argv[1]'s port, from any address (a
@@ -114,23 +116,41 @@ class NamesTests(SynchronousTestCase):
         """A host's command runs its argv in its namespace through C{ip netns exec}."""
         host = Lan(PREFIX, SUBNET, 2).hosts[1]
         self.assertEqual(
-            host.command(["true", "x"]), ["ip", "netns", "exec", "mpc1h2", "true", "x"]
+            host.command(["true", "x"]), ["ip", "netns", "exec", "mpn0h2", "true", "x"]
         )
 
 
 class LanTests(SynchronousTestCase):
-    """Real Lans of network namespaces."""
+    """
+    Real Lans of network namespaces.
+
+    @cvar PREFIXES: each test method's namespace prefix, used by no other
+        test: tests run side by side (C{trial -j}) and a Lan's create()
+        deletes what its prefix names. None is a string prefix of another
+        test's, so the checks that nothing starts with a test's prefix see
+        its own names only.
+    """
 
     skip = skip_slow
+    PREFIXES: ClassVar[dict[str, str]] = {
+        "test_broadcastReachesOtherHosts": "mpn1",
+        "test_tcpBetweenHosts": "mpn2",
+        "test_loopbackUp": "mpn3",
+        "test_rootNamespaceUntouched": "mpn4",
+        "test_destroyLeavesNothing": "mpn5",
+        "test_createAfterKilledRun": "mpn6",
+        "test_otherPrefixesKept": "mpn7",
+    }
 
     def setUp(self) -> None:
         reason = netns_available()
         if reason is not None:
             raise SkipTest(reason)
+        self.prefix = self.PREFIXES[self._testMethodName]
 
-    def lan(self, size: int = 3, prefix: str = PREFIX) -> Lan:
-        """A created Lan, destroyed when the test ends."""
-        lan = Lan(prefix, SUBNET, size)
+    def lan(self, size: int = 3, prefix: str | None = None) -> Lan:
+        """A created Lan (this test's prefix unless told), destroyed when the test ends."""
+        lan = Lan(prefix or self.prefix, SUBNET, size)
         self.addCleanup(lan.destroy)
         lan.create()
         return lan
@@ -202,8 +222,10 @@ class LanTests(SynchronousTestCase):
         no address on its subnet.
         """
         lan = self.lan()
-        self.assertEqual(sorted(lan.existing()), ["mpc1br", "mpc1h1", "mpc1h2", "mpc1h3"])
-        self.assertEqual([name for name in _root_links() if name.startswith(PREFIX)], [])
+        self.assertEqual(
+            sorted(lan.existing()), [f"{self.prefix}{n}" for n in ("br", "h1", "h2", "h3")]
+        )
+        self.assertEqual([name for name in _root_links() if name.startswith(self.prefix)], [])
         self.assertNotIn(SUBNET + ".", _root_addresses())
 
     def test_destroyLeavesNothing(self) -> None:
@@ -213,8 +235,8 @@ class LanTests(SynchronousTestCase):
         """
         lan = self.lan()
         lan.destroy()
-        self.assertEqual([name for name in namespaces() if name.startswith(PREFIX)], [])
-        self.assertEqual([name for name in _root_links() if name.startswith(PREFIX)], [])
+        self.assertEqual([name for name in namespaces() if name.startswith(self.prefix)], [])
+        self.assertEqual([name for name in _root_links() if name.startswith(self.prefix)], [])
         lan.destroy()
 
     def test_createAfterKilledRun(self) -> None:
@@ -225,10 +247,15 @@ class LanTests(SynchronousTestCase):
         works.
         """
         leftover = self.lan(3)
-        sleeper = self.python(leftover, 1, "import time; time.sleep(60)")
-        subprocess.run(["ip", "netns", "add", f"{PREFIX}h7"], check=True)
+        sleeper = self.python(
+            leftover, 1, "import time; print('ready', flush=True); time.sleep(60)"
+        )
+        # Running in its namespace (ip netns exec done) before that is deleted.
+        assert sleeper.stdout is not None
+        self.assertEqual(sleeper.stdout.readline(), "ready\n")
+        subprocess.run(["ip", "netns", "add", f"{self.prefix}h7"], check=True)
         lan = self.lan(2)
-        self.assertEqual(sorted(lan.existing()), ["mpc1br", "mpc1h1", "mpc1h2"])
+        self.assertEqual(sorted(lan.existing()), [f"{self.prefix}{n}" for n in ("br", "h1", "h2")])
         self.assertIsNone(sleeper.poll())
         server = self.python(lan, 1, LISTEN, lan.hosts[1].address)
         assert server.stdout is not None
@@ -238,7 +265,7 @@ class LanTests(SynchronousTestCase):
 
     def test_otherPrefixesKept(self) -> None:
         """Creating and destroying a Lan leaves another Lan whose prefix extends it alone."""
-        other = self.lan(1, prefix=PREFIX + "0")
+        other = self.lan(1, prefix=self.prefix + "0")
         lan = self.lan(1)
         lan.destroy()
-        self.assertEqual(sorted(other.existing()), ["mpc10br", "mpc10h1"])
+        self.assertEqual(sorted(other.existing()), [f"{self.prefix}0br", f"{self.prefix}0h1"])

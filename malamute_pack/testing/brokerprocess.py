@@ -22,7 +22,7 @@ So a clean stop is: SIGTERM, exit status -SIGTERM (or 0), "Main loop
 terminated." in the log of that run and, when profiling, a profile file.
 
 A broker can run in a network namespace (a host of a
-L{malamute_pack.bench.netns.Lan}): its command is prefixed with ``ip netns
+L{malamute_pack.testing.netns.Lan}): its command is prefixed with ``ip netns
 exec NAME``, which execs it, so the pid this module holds is the broker's
 own and its signals (stop, kill) reach the broker. Its endpoints are read
 from its log as usual, but the readiness probe must connect from inside
@@ -35,8 +35,8 @@ get in, PLAIN or CURVE included.) Clients of such a broker run inside the
 namespace too (L{python_command}, L{run_python}), or on another host of
 the Lan for a broker bound to its host's tcp address.
 
-Tests: ``tests/system/test_bench.py`` (L{BrokerProcess} itself, and the benchmark
-that uses it).
+Tests: ``tests/system/test_testing_brokerprocess.py``; the benchmark that
+uses it in ``tests/system/test_bench.py``.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ from typing import Any, Self
 import zmq
 
 import malamute_pack
-from malamute_pack.bench.netns import netns_command
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.netns import netns_command
 
 # The directory that holds the malamute_pack package and twisted/plugins.
 PROJECT_ROOT = Path(malamute_pack.__file__).resolve().parent.parent
@@ -227,7 +227,7 @@ def probe_main() -> None:
         sys.exit(1)
 
 
-_PROBE = "from malamute_pack.bench.brokerprocess import probe_main; probe_main()"
+_PROBE = "from malamute_pack.testing.brokerprocess import probe_main; probe_main()"
 
 
 class Started:

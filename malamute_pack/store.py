@@ -1,8 +1,10 @@
 """
 What the broker model needs from durable storage: the L{Store} interface,
-the records it reads back (L{StreamRecord}, L{QueuedRecord}) and the error it
-reports (L{StoreError}). The model defines them; the journal
-(L{malamute_pack.journal.Journal}) implements them, so the model never
+the records it reads back (L{StreamRecord}, L{QueuedRecord}, defined in
+L{malamute_pack.protocol.records} with the codecs that carry them between
+brokers) and the error it reports (L{StoreError}). It sits below both the
+model (L{malamute_pack.broker}), which stores through it, and the journal
+(L{malamute_pack.journal.Journal}), which implements it: the model never
 imports the journal and runs without one (``--no-journal``).
 
 Tests: ``tests/unit/test_broker_durable.py`` (the model on a real journal),
@@ -12,73 +14,17 @@ Tests: ``tests/unit/test_broker_durable.py`` (the model on a real journal),
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
 # A stored record as bulk reads carry it (its frames as the journal keeps them).
 from malamute_pack.protocol.chunks import ChunkRow as ChunkRow
 
-
-class StreamRecord(NamedTuple):
-    """
-    One stream message with its per-stream sequence number: what a reader
-    is delivered, live or from the journal. (A named tuple: one is made for
-    every message written, and it is the cheapest immutable record.)
-
-    A record a peer broker forwarded has this broker's own C{seq} and
-    remembers where it was first written: C{origin} and C{origin_seq}. A
-    record written here has the defaults, C{""} and C{0}.
-
-    @ivar seq: its sequence number in this broker's copy of the stream.
-    @ivar timestamp: when the broker took it, in epoch seconds.
-    @ivar sender: the writer's address ("" for an anonymous writer).
-    @ivar origin: the id of the broker it was first written on; "" for this
-        broker (a local write).
-    @ivar origin_seq: its sequence number on C{origin}; 0 for a local write.
-    """
-
-    stream: str
-    seq: int
-    timestamp: float
-    sender: str
-    subject: str
-    content: Sequence[bytes]
-    origin: str = ""
-    origin_seq: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedRecord:
-    """
-    One message waiting in a mailbox (``kind="mailbox"``, ``address`` the
-    owner) or a service queue (``kind="service"``, ``address`` the service).
-    ``deadline`` is absolute epoch seconds, ``None`` for no timeout.
-    """
-
-    id: int
-    kind: str
-    address: str
-    sender: str
-    subject: str
-    tracker: str
-    deadline: float | None
-    created: float
-    content: tuple[bytes, ...]
-    # The pack peer that handed it over (its broker id; "" for none) and
-    # that peer's id for it.
-    relay_origin: str = ""
-    relay_id: int = 0
-
-
-class AppendKey(NamedTuple):
-    """The key of an idempotent append, and the sequence numbers its records got."""
-
-    stream: str
-    key: str
-    first: int
-    last: int
+# The records: defined with the codecs that carry them between brokers.
+from malamute_pack.protocol.records import AppendKey as AppendKey
+from malamute_pack.protocol.records import QueuedRecord as QueuedRecord
+from malamute_pack.protocol.records import StreamRecord as StreamRecord
 
 
 class StoreError(Exception):

@@ -33,7 +33,7 @@ keep it alive but unnamed, cut off from any new Lan.
 Everything here needs root and the C{ip} command (iproute2):
 L{netns_available} says why not, for a test to skip with.
 
-Tests: ``tests/system/test_bench_netns.py``; a joined Lan and unplugged ports in
+Tests: ``tests/system/test_testing_netns.py``; a joined Lan and unplugged ports in
 ``tests/system/test_pair_system.py``.
 """
 

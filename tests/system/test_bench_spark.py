@@ -1,18 +1,23 @@
 """
-Tests for the Spark benchmark (``python -m malamute_pack.spark.bench``):
+Tests for the Spark benchmark (``python -m malamute_pack.bench spark``):
 its percentile, and a tiny run of both parts as its own process, which must
-print every figure as a ``name value`` line.
+print every figure as a ``name value`` line. The run is given a directory
+of the test's for its temporary files and Spark's scratch space, and its
+process group (its broker, its JVM) is killed if it overruns.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.bench.brokerprocess import checkout_environment
-from malamute_pack.spark.bench import percentile
+from malamute_pack.bench.spark import percentile
+from malamute_pack.testing.brokerprocess import checkout_environment
 from tests.support import skip_slow
 
 READ_FIGURES = {
@@ -63,11 +68,14 @@ class BenchRunTests(SynchronousTestCase):
         prints each figure of both parts once, every one a number, the
         counts what was asked and the rates and latencies positive.
         """
-        ran = subprocess.run(
+        scratch = Path(self.mktemp()).resolve()
+        scratch.mkdir(parents=True)
+        bench = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "malamute_pack.spark.bench",
+                "malamute_pack.bench",
+                "spark",
                 "--messages",
                 "2000",
                 "--seconds",
@@ -77,11 +85,24 @@ class BenchRunTests(SynchronousTestCase):
                 "--rate",
                 "200",
             ],
-            env=checkout_environment(),
-            capture_output=True,
+            env=checkout_environment(
+                TMPDIR=str(scratch),
+                SPARK_LOCAL_DIRS=str(scratch),
+                SPARK_SUBMIT_OPTS=f"-Djava.io.tmpdir={scratch}",
+            ),
+            cwd=scratch,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=600,
+            start_new_session=True,
         )
+        try:
+            stdout, stderr = bench.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.communicate()
+            raise
+        ran = subprocess.CompletedProcess(bench.args, bench.returncode, stdout, stderr)
         self.assertEqual(ran.returncode, 0, ran.stderr[-6000:])
         lines = [line.split() for line in ran.stdout.splitlines()]
         self.assertTrue(all(len(words) == 2 for words in lines), ran.stdout)

@@ -1,5 +1,5 @@
 """
-``python -m malamute_pack.spark.bench``: how fast Spark reads a broker's
+``python -m malamute_pack.bench spark``: how fast Spark reads a broker's
 stream through the ``malamute`` data source, and how far behind the trades
 the ticker plant's VWAPs come (``examples/spark_ticker_plant.py``). Prints
 one ``name value`` line per figure, as it is measured.
@@ -39,9 +39,11 @@ a local Spark session on every core, then:
   the rest is Spark writing its checkpoint).
 
 ``--only read`` or ``--only plant`` runs one part. The plant part needs
-the checkout (it runs the examples).
+the checkout (it runs the examples). It needs PySpark (the ``spark``
+extra), which the other benchmarks do not: L{malamute_pack.bench.__main__}
+imports this module only for ``spark``.
 
-Tests: ``tests/system/test_spark_bench.py``.
+Tests: ``tests/system/test_bench_spark.py``.
 """
 
 from __future__ import annotations
@@ -59,21 +61,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-import psutil
 from pyspark.sql import DataFrameReader, SparkSession
 
-from malamute_pack.bench.brokerprocess import (
-    ANY_TCP_PORT,
-    PROJECT_ROOT,
-    BrokerProcess,
-    checkout_environment,
-)
+from malamute_pack.bench import percentiles
 from malamute_pack.bench.load import Link
+from malamute_pack.bench.multicast.counters import cpu_seconds
 from malamute_pack.client import BlockingClient
 from malamute_pack.client.bulk import BulkClient, RangeChunk
 from malamute_pack.protocol import mlm
 from malamute_pack.spark import register
 from malamute_pack.spark.schema import chunk_batch
+from malamute_pack.testing.brokerprocess import (
+    ANY_TCP_PORT,
+    PROJECT_ROOT,
+    BrokerProcess,
+    checkout_environment,
+)
 
 READ_STREAM = "bench"
 PAYLOAD = b"x" * 100
@@ -93,8 +96,7 @@ def percentile(values: Sequence[float], p: float) -> float:
     """The C{p}th percentile of C{values} by nearest rank (C{p} in 0-100]."""
     if not values:
         raise ValueError("no values")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+    return percentiles.percentile(sorted(values), p / 100)
 
 
 def timed(work: Callable[[], _T]) -> tuple[float, _T]:
@@ -102,12 +104,6 @@ def timed(work: Callable[[], _T]) -> tuple[float, _T]:
     started = time.perf_counter()
     result = work()
     return time.perf_counter() - started, result
-
-
-def cpu_seconds(pid: int) -> float:
-    """The user and system CPU seconds process C{pid} has used."""
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
 
 
 def local_session() -> SparkSession:
@@ -320,7 +316,8 @@ def _epoch(iso: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Spark data source throughput and ticker plant latency against a broker."
+        prog="python -m malamute_pack.bench spark",
+        description="Spark data source throughput and ticker plant latency against a broker.",
     )
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages Spark reads")
     parser.add_argument("--only", choices=("read", "plant"), help="run one part only")

@@ -1,0 +1,266 @@
+"""
+The SQL that reads a journal file, in one place: ranges and streams of
+stream records, their numbers, queued letters, append keys, owners and the
+forwarded records' origin marks. Each function takes the
+``sqlite3.Connection`` to read on and runs there (the journal's reader
+thread, :mod:`malamute_pack.journal.reader`; its opening and recovery,
+:mod:`malamute_pack.journal.opening`; or a journal file read offline,
+:mod:`malamute_pack.spark.journal_file`).
+
+A stream name SQLite cannot take (not valid UTF-8) has nothing stored: its
+records were dropped as they came, so a read of it finds nothing.
+
+Tests: ``tests/unit/test_journal_reads.py``, ``tests/unit/test_journal_origin.py``,
+``tests/system/test_spark_units.py``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Final, cast
+
+from malamute_pack.journal.records import QueuedRecord, StreamRecord, StreamRow, decode_frames
+from malamute_pack.store import ChunkRow
+
+# A queued record's columns, in the order of QueuedRecord's fields.
+QUEUED_COLUMNS: Final = (
+    "id, kind, address, sender, subject, tracker, deadline, created, content,"
+    " relay_origin, relay_id"
+)
+
+# The records of a stream from one number to another, as bulk reads carry
+# them (LIMIT -1: all of them).
+RANGE: Final = (
+    "SELECT seq, ts, sender, subject, content FROM stream_messages "
+    "WHERE stream = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
+)
+
+# Each origin query names the origin index's condition (origin != ''):
+# SQLite uses a partial index only for a query whose WHERE holds that term.
+FIRST_ORIGIN: Final = (
+    "SELECT stream, origin FROM stream_messages WHERE origin != '' ORDER BY stream, origin LIMIT 1"
+)
+ORIGIN_MARK: Final = (
+    "SELECT max(origin_seq) FROM stream_messages WHERE origin != '' AND stream = ? AND origin = ?"
+)
+# The pair after (stream, origin, its mark). All three columns: a seek past
+# (stream, origin) alone steps over each of that pair's entries.
+NEXT_ORIGIN: Final = (
+    "SELECT stream, origin FROM stream_messages WHERE origin != '' "
+    "AND (stream, origin, origin_seq) > (?, ?, ?) ORDER BY stream, origin, origin_seq LIMIT 1"
+)
+
+# Ids per IN (...) list: well under SQLite's limit of bound parameters.
+_IDS_PER_QUERY = 500
+
+
+# Streams and their numbers.
+
+
+def stream_names(conn: sqlite3.Connection) -> list[str]:
+    """Every stream the journal has numbered records for, sorted."""
+    rows = conn.execute(
+        "SELECT stream FROM streams UNION SELECT DISTINCT stream FROM stream_messages "
+        "ORDER BY stream"
+    )
+    return [str(row[0]) for row in rows]
+
+
+def stream_lasts(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    """Per stream of the ``streams`` table, the last sequence number assigned."""
+    return cast(
+        list[tuple[str, int]], conn.execute("SELECT stream, last_seq FROM streams").fetchall()
+    )
+
+
+def last_assigned(conn: sqlite3.Connection, stream: str) -> int | None:
+    """The last sequence number the ``streams`` table has for ``stream`` (None: no row)."""
+    row = conn.execute("SELECT last_seq FROM streams WHERE stream = ?", (stream,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def first_retained(conn: sqlite3.Connection, stream: str) -> int | None:
+    """The first sequence number of ``stream`` still stored (None: none)."""
+    (first,) = conn.execute(
+        "SELECT min(seq) FROM stream_messages WHERE stream = ?", (stream,)
+    ).fetchone()
+    return cast(int | None, first)
+
+
+def last_retained(conn: sqlite3.Connection, stream: str) -> int | None:
+    """The last sequence number of ``stream`` still stored (None: none)."""
+    (last,) = conn.execute(
+        "SELECT max(seq) FROM stream_messages WHERE stream = ?", (stream,)
+    ).fetchone()
+    return cast(int | None, last)
+
+
+def first_at_time(conn: sqlite3.Connection, stream: str, t: float) -> int | None:
+    """The first sequence number of ``stream`` stored with timestamp >= ``t`` (None: none)."""
+    try:
+        (seq,) = conn.execute(
+            "SELECT min(seq) FROM stream_messages WHERE stream = ? AND ts >= ?", (stream, t)
+        ).fetchone()
+    except UnicodeEncodeError:
+        return None
+    return cast(int | None, seq)
+
+
+def stream_totals(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
+    """Per stream, the records and content bytes committed and retained."""
+    rows = conn.execute("SELECT stream, message_count, total_bytes FROM streams")
+    return {stream: (count, size) for stream, count, size in rows}
+
+
+# Stream records.
+
+
+def range_cursor(
+    conn: sqlite3.Connection, stream: str, first: int, last: int, limit: int = -1
+) -> sqlite3.Cursor:
+    """
+    A cursor over the stored records of ``stream`` with ``first <= seq <=
+    last``, in order, up to ``limit`` (-1: all): rows of (seq, ts, sender,
+    subject, content), their content the frames as stored.
+    """
+    return conn.execute(RANGE, (stream, first, last, limit))
+
+
+def chunk_rows(
+    conn: sqlite3.Connection, stream: str, first: int, last: int, limit: int, max_bytes: int
+) -> list[ChunkRow]:
+    """
+    The stored records of ``stream`` with ``first <= seq <= last``, in
+    order, up to ``limit`` of them and about ``max_bytes`` of content (at
+    least one).
+    """
+    try:
+        cursor = range_cursor(conn, stream, first, last, limit)
+    except UnicodeEncodeError:
+        return []
+    rows: list[ChunkRow] = []
+    size = 0
+    new_row = ChunkRow._make
+    for row in cursor:
+        rows.append(new_row(row))
+        size += len(row[4]) + 64
+        if size >= max_bytes:
+            break
+    cursor.close()
+    return rows
+
+
+def stream_records(
+    conn: sqlite3.Connection, stream: str, from_seq: int, limit: int
+) -> list[StreamRecord]:
+    """Up to ``limit`` stored records of ``stream`` with seq >= ``from_seq``, in order."""
+    try:
+        rows = conn.execute(
+            "SELECT seq, ts, sender, subject, content, origin, origin_seq "
+            "FROM stream_messages WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
+            (stream, from_seq, limit),
+        )
+    except UnicodeEncodeError:
+        return []
+    return [
+        StreamRecord(stream, seq, ts, sender, subject, decode_frames(content), origin, oseq)
+        for seq, ts, sender, subject, content, origin, oseq in rows
+    ]
+
+
+def full_rows(
+    conn: sqlite3.Connection, stream: str, from_seq: int, to_seq: int, limit: int
+) -> list[StreamRow]:
+    """
+    The stored rows of ``stream`` with ``from_seq <= seq <= to_seq``, in
+    order, up to ``limit``, as the writer inserts them.
+    """
+    rows = conn.execute(
+        "SELECT stream, seq, ts, sender, subject, content, bytes, origin, origin_seq "
+        "FROM stream_messages WHERE stream = ? AND seq >= ? AND seq <= ? "
+        "ORDER BY seq LIMIT ?",
+        (stream, from_seq, to_seq, limit),
+    ).fetchall()
+    return cast(list[StreamRow], rows)
+
+
+def append_keys(
+    conn: sqlite3.Connection, stream: str, from_seq: int, to_seq: int
+) -> list[tuple[str, str, int, int, float]]:
+    """The append keys of ``stream`` whose last record is in [from_seq, to_seq]."""
+    rows = conn.execute(
+        "SELECT stream, key, first_seq, last_seq, created FROM stream_appends "
+        "WHERE stream = ? AND last_seq >= ? AND last_seq <= ?",
+        (stream, from_seq, to_seq),
+    ).fetchall()
+    return cast(list[tuple[str, str, int, int, float]], rows)
+
+
+def committed_origin_marks(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
+    """
+    The highest origin_seq per (stream, origin) committed on ``conn``, in
+    one read transaction. It seeks from one pair to the next in the origin
+    index, two lookups each: the cost grows with the number of pairs, not
+    with the number of forwarded records (a GROUP BY reads every entry).
+    """
+    marks: dict[tuple[str, str], int] = {}
+    conn.execute("BEGIN")
+    try:
+        pair = conn.execute(FIRST_ORIGIN).fetchone()
+        while pair is not None:
+            stream, origin = pair
+            (mark,) = conn.execute(ORIGIN_MARK, (stream, origin)).fetchone()
+            marks[stream, origin] = mark
+            pair = conn.execute(NEXT_ORIGIN, (stream, origin, mark)).fetchone()
+    finally:
+        conn.execute("COMMIT")
+    return marks
+
+
+# Queued letters and owners.
+
+
+def queued_record(row: tuple[Any, ...]) -> QueuedRecord:
+    """The queued record a row of L{QUEUED_COLUMNS} holds."""
+    rid, kind, address, sender, subject, tracker, deadline, created, blob, *relay = row
+    frames = decode_frames(blob)
+    return QueuedRecord(
+        rid, kind, address, sender, subject, tracker, deadline, created, frames, *relay
+    )
+
+
+def all_queued(conn: sqlite3.Connection) -> list[QueuedRecord]:
+    """Every queued record stored, in id order."""
+    rows = conn.execute(f"SELECT {QUEUED_COLUMNS} FROM queued_messages ORDER BY id")
+    return [queued_record(row) for row in rows]
+
+
+def queued_by_ids(conn: sqlite3.Connection, ids: list[int]) -> list[QueuedRecord]:
+    """The queued records among ``ids`` still stored, in id order."""
+    found: list[QueuedRecord] = []
+    for start in range(0, len(ids), _IDS_PER_QUERY):
+        part = ids[start : start + _IDS_PER_QUERY]
+        marks = ",".join("?" * len(part))
+        rows = conn.execute(
+            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id IN ({marks}) ORDER BY id",
+            part,
+        )
+        found.extend(map(queued_record, rows))
+    return found
+
+
+def owners_page(
+    conn: sqlite3.Connection, after: str | None, limit: int
+) -> list[tuple[str, str, float]]:
+    """
+    Up to ``limit`` owners (address, user, when claimed), in the order of
+    their addresses, from the first after ``after`` (None: the first of all).
+    """
+    select = "SELECT address, user, claimed FROM address_owners"
+    if after is None:
+        cursor = conn.execute(f"{select} ORDER BY address LIMIT ?", (limit,))
+    else:
+        cursor = conn.execute(
+            f"{select} WHERE address > ? ORDER BY address LIMIT ?", (after, limit)
+        )
+    return [(str(a), str(u), float(c)) for a, u, c in cursor.fetchall()]

@@ -1,0 +1,96 @@
+"""
+The journal's replication hooks, for a broker of a primary/backup pair
+(:mod:`malamute_pack.pair`): the position of each operation in the order
+of writes (counted from 1 since the journal opened), the ``shipper`` that
+sees every hand-over to the writer to send to the partner, and the hold
+that keeps each batch's outcome (its callbacks, its stream records
+becoming durable) until the partner says it has it too
+(``replica_acked``). It also times each batch from hand-over to commit
+(``commit_latencies``, for the statistics).
+
+Tests: ``tests/unit/test_journal_replica.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from malamute_pack.journal.writer import BatchOutcome, WriteOp
+
+# What a pair's active hands its shipper: the position (in the order of
+# writes, from 1) of the first operation, and the operations.
+Shipper = Callable[[int, list[WriteOp]], None]
+
+
+class ReplicaHold:
+    """
+    Positions in the order of writes, and the outcomes held for the
+    partner; ``finish`` gets each outcome once it is let go. ``seconds``
+    is the reactor's clock.
+    """
+
+    def __init__(
+        self, finish: Callable[[BatchOutcome], None], seconds: Callable[[], float]
+    ) -> None:
+        self._finish = finish
+        self._seconds = seconds
+        self.shipper: Shipper | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Count from the start again (the journal opened)."""
+        # Operations handed to the writer and reported back, counted from 1
+        # since open: positions the shipper and the partner's acks use.
+        self.handed = 0
+        self._reported = 0
+        self._hold = False
+        self._replica_position = 0
+        # Outcomes held for the partner: (position of the batch's last op, outcome).
+        self._held: deque[tuple[int, BatchOutcome]] = deque()
+        # Per hand-over, the position of its last operation and when: how
+        # long a batch took from hand-over to commit (commit_latencies).
+        self._handed_at: deque[tuple[int, float]] = deque()
+        # Seconds from hand-over to commit of the latest batches (statistics).
+        self.commit_latencies: deque[float] = deque(maxlen=256)
+
+    def handed_over(self, ops: list[WriteOp]) -> None:
+        """``ops`` went to the writer: they take the next positions, and ship."""
+        first = self.handed + 1
+        self.handed += len(ops)
+        self._handed_at.append((self.handed, self._seconds()))
+        if self.shipper is not None:
+            self.shipper(first, ops)
+
+    def batch_done(self, outcome: BatchOutcome) -> None:
+        """The writer reports a batch: finished now, or held for the partner."""
+        self._reported += outcome.operations
+        handed_at = self._handed_at
+        if handed_at:
+            self.commit_latencies.append(self._seconds() - handed_at[0][1])
+            while handed_at and handed_at[0][0] <= self._reported:
+                handed_at.popleft()
+        if self._hold and (self._held or self._replica_position < self._reported):
+            self._held.append((self._reported, outcome))
+            return
+        self._finish(outcome)
+
+    def hold_for_replica(self, hold: bool) -> None:
+        """
+        With ``hold``, each batch's outcome waits until L{replica_acked}
+        passes its last operation; without, whatever waits is let go at once.
+        """
+        self._hold = hold
+        if not hold:
+            self._release(self._reported)
+
+    def replica_acked(self, position: int) -> None:
+        """The partner has every operation up to ``position`` on its disk."""
+        if position > self._replica_position:
+            self._replica_position = position
+            self._release(position)
+
+    def _release(self, position: int) -> None:
+        held = self._held
+        while held and held[0][0] <= position:
+            self._finish(held.popleft()[1])
