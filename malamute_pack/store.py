@@ -18,13 +18,8 @@ from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
-# A stored record as bulk reads carry it (its frames as the journal keeps them).
-from malamute_pack.protocol.chunks import ChunkRow as ChunkRow
-
-# The records: defined with the codecs that carry them between brokers.
-from malamute_pack.protocol.records import AppendKey as AppendKey
-from malamute_pack.protocol.records import QueuedRecord as QueuedRecord
-from malamute_pack.protocol.records import StreamRecord as StreamRecord
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.protocol.records import QueuedRecord, StreamRecord
 
 
 class StoreError(Exception):

@@ -19,7 +19,8 @@ from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
 from malamute_pack.protocol import mlm
-from malamute_pack.store import ChunkRow, StreamRecord
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.protocol.records import StreamRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from malamute_pack.store import AppendKey
+from malamute_pack.protocol.records import AppendKey
 
 # Told the outcome of an append: first and last sequence numbers, status
 # code, reason.

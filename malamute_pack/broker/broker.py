@@ -52,7 +52,8 @@ from malamute_pack.broker.session import Session
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.streams import Streams
 from malamute_pack.protocol import chunks, mlm
-from malamute_pack.store import QueuedRecord, Store, StreamRecord
+from malamute_pack.protocol.records import QueuedRecord, StreamRecord
+from malamute_pack.store import Store
 
 _log = Logger()
 

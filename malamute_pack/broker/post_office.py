@@ -42,7 +42,8 @@ from malamute_pack.broker.session import Hold
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.streams import check_pattern
 from malamute_pack.protocol import mlm
-from malamute_pack.store import QueuedRecord, Store, StoreError
+from malamute_pack.protocol.records import QueuedRecord
+from malamute_pack.store import Store, StoreError
 
 _log = Logger()
 

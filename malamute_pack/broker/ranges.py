@@ -29,7 +29,8 @@ from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.matching import Pattern, PatternError, parse_pattern
 from malamute_pack.protocol import mlm
-from malamute_pack.store import ChunkRow, Store
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.store import Store
 
 _log = Logger()
 

@@ -24,7 +24,8 @@ from typing import Protocol
 from malamute_pack.broker.letters import Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.protocol import mlm
-from malamute_pack.store import ChunkRow, StreamRecord
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.protocol.records import StreamRecord
 
 
 class Hold(enum.Enum):

@@ -39,7 +39,8 @@ from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.stream import Stream
 from malamute_pack.matching import PatternError, validate_pattern
 from malamute_pack.protocol import mlm
-from malamute_pack.store import Store, StoreError, StreamRecord
+from malamute_pack.protocol.records import StreamRecord
+from malamute_pack.store import Store, StoreError
 
 _log = Logger()
 

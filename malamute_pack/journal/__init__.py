@@ -37,14 +37,10 @@ from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.feature import FEATURE
 from malamute_pack.journal.identity import JOURNAL_MARKER, JournalIdentityError
 from malamute_pack.journal.journal import Journal, JournalCounters, Recovered
-from malamute_pack.journal.records import (
-    QUEUED_KINDS,
-    QueuedRecord,
-    StreamRecord,
-    decode_frames,
-    encode_frames,
-)
-from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
+from malamute_pack.journal.records import QUEUED_KINDS
+from malamute_pack.journal.retention import DEFAULT_RETENTION
+from malamute_pack.protocol.chunks import decode_frames, encode_frames
+from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRecord
 
 __all__ = [
     "DEFAULT_RETENTION",

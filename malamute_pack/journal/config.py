@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
+from malamute_pack.journal.retention import DEFAULT_RETENTION
+from malamute_pack.protocol.records import RetentionPolicy
 
 # SQLite's PRAGMA synchronous levels, weakest first.
 SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")

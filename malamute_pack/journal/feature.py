@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from malamute_pack.feature import CoreSettings, SettingsError, Shown, ZplConfig, count, last
 from malamute_pack.journal.config import JournalConfig
-from malamute_pack.journal.retention import RetentionPolicy
+from malamute_pack.protocol.records import RetentionPolicy
 
 _PREFIX: Final = "malamute/journal"
 _RETENTION_KEYS: Final = {

@@ -62,12 +62,7 @@ from malamute_pack.journal.handover import HandOver, JournalCounters
 from malamute_pack.journal.opening import Recovered, open_journal
 from malamute_pack.journal.pruning import Pruning
 from malamute_pack.journal.reader import ReaderThread
-from malamute_pack.journal.records import (
-    QUEUED_KINDS,
-    QueuedRecord,
-    StreamRecord,
-    StreamRow,
-)
+from malamute_pack.journal.records import QUEUED_KINDS
 from malamute_pack.journal.replica import Shipper
 from malamute_pack.journal.sequencing import Sequencer, merge_tail
 from malamute_pack.journal.writer import (
@@ -85,7 +80,8 @@ from malamute_pack.journal.writer import (
     StreamDelete,
     WriteOp,
 )
-from malamute_pack.store import ChunkRow
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.protocol.records import QueuedRecord, StreamRecord, StreamRow
 
 __all__ = ["Journal", "JournalCounters", "Recovered", "Rows", "Shipper"]
 

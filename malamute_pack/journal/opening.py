@@ -28,10 +28,9 @@ from malamute_pack.journal.identity import (
     read_marker,
     write_marker,
 )
-from malamute_pack.journal.records import QueuedRecord
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, journal_identity, migrate
 from malamute_pack.journal.writer import SET_COUNTER
-from malamute_pack.store import AppendKey
+from malamute_pack.protocol.records import AppendKey, QueuedRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final, cast
 
-from malamute_pack.journal.records import QueuedRecord, StreamRecord, StreamRow, decode_frames
-from malamute_pack.store import ChunkRow
+from malamute_pack.protocol.chunks import ChunkRow, decode_frames
+from malamute_pack.protocol.records import QueuedRecord, StreamRecord, StreamRow
 
 # A queued record's columns, in the order of QueuedRecord's fields.
 QUEUED_COLUMNS: Final = (

@@ -1,7 +1,7 @@
 """
 What the journal stores: stream records and queued (mailbox and service)
-records (the types the broker model defines in L{malamute_pack.store}),
-as rows, and the one encoding of a message's content frames as a BLOB.
+records (the types defined in L{malamute_pack.protocol.records}), as
+rows, and the one encoding of a message's content frames as a BLOB.
 
 A BLOB is the frames one after another, each preceded by its length as a
 4-byte big-endian unsigned integer; no frames is the empty BLOB (the
@@ -17,16 +17,10 @@ from collections.abc import Sequence
 from typing import Final
 
 # The encoding of a message's frames that the protocol's bulk messages share.
-from malamute_pack.protocol.chunks import decode_frames as decode_frames
-from malamute_pack.protocol.chunks import encode_frames as encode_frames
+from malamute_pack.protocol.chunks import decode_frames, encode_frames
 
-# A stream message as the writer inserts it (defined with the pair link's
-# codec, which carries it).
-from malamute_pack.protocol.records import StreamRow as StreamRow
-
-# Re-exported: the journal speaks of them as its own records.
-from malamute_pack.store import QueuedRecord as QueuedRecord
-from malamute_pack.store import StreamRecord as StreamRecord
+# The records, defined with the codecs that carry them between brokers.
+from malamute_pack.protocol.records import StreamRecord, StreamRow
 
 QUEUED_KINDS: Final = frozenset({"mailbox", "service"})
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 # The policy: defined with the pair link's codec, which carries it.
-from malamute_pack.protocol.records import RetentionPolicy as RetentionPolicy
+from malamute_pack.protocol.records import RetentionPolicy
 
 DEFAULT_RETENTION: Final = RetentionPolicy(
     max_count=1_000_000, max_age_s=7 * 24 * 3600.0, max_bytes=1 << 30

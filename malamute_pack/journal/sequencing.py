@@ -20,7 +20,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import islice
 
-from malamute_pack.journal.records import StreamRecord, StreamRow, row_record, stream_row
+from malamute_pack.journal.records import row_record, stream_row
+from malamute_pack.protocol.records import StreamRecord, StreamRow
 
 
 class Sequencer:

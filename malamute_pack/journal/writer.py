@@ -56,9 +56,10 @@ from twisted.logger import Logger
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError, storage_failure
-from malamute_pack.journal.records import QueuedRecord, StreamRow, encode_frames
-from malamute_pack.journal.retention import PruneStep, RetentionPolicy, prune_step
+from malamute_pack.journal.retention import PruneStep, prune_step
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
+from malamute_pack.protocol.chunks import encode_frames
+from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
 
 DurableCallback: TypeAlias = Callable[[JournalError | None], None]
 

@@ -56,7 +56,7 @@ from malamute_pack.broker.streams import NOTICE
 from malamute_pack.multicast.sessions import InboundSession
 from malamute_pack.protocol import multicast
 from malamute_pack.protocol.multicast import Header
-from malamute_pack.store import StreamRecord
+from malamute_pack.protocol.records import StreamRecord
 
 _log = Logger()
 

@@ -22,7 +22,7 @@ from twisted.logger import Logger
 from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.session import PartySession
 from malamute_pack.multicast.publisher import Publisher
-from malamute_pack.store import StreamRecord
+from malamute_pack.protocol.records import StreamRecord
 
 _log = Logger()
 

@@ -29,7 +29,7 @@ from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.pack.outbox import PeerOutbox
 from malamute_pack.pack.sessions import PeerSession, RemoteHolder
 from malamute_pack.protocol import mlm, packlink
-from malamute_pack.store import StreamRecord
+from malamute_pack.protocol.records import StreamRecord
 
 _log = Logger()
 

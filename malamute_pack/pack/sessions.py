@@ -26,7 +26,7 @@ from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold, PartySession
 from malamute_pack.protocol import mlm, packlink
-from malamute_pack.store import StreamRecord
+from malamute_pack.protocol.records import StreamRecord
 
 if TYPE_CHECKING:
     from malamute_pack.broker.connection import Connection

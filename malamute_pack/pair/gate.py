@@ -21,7 +21,7 @@ from typing import Final
 
 from malamute_pack.broker.session import Receiver, Session
 from malamute_pack.protocol import mlm
-from malamute_pack.store import StreamRecord
+from malamute_pack.protocol.records import StreamRecord
 
 # The status a broker that is not active answers with.
 NOT_ACTIVE: Final = mlm.NOT_ACTIVE

@@ -61,7 +61,6 @@ from twisted.python.failure import Failure
 
 from malamute_pack.broker.access import AccessPolicy, Glob, Right
 from malamute_pack.journal.journal import Journal
-from malamute_pack.journal.records import StreamRow
 from malamute_pack.journal.schema import QUEUED_LAST_ID
 from malamute_pack.journal.writer import (
     OwnerClaim,
@@ -74,7 +73,7 @@ from malamute_pack.journal.writer import (
     WriteOp,
 )
 from malamute_pack.protocol import pair as wire
-from malamute_pack.store import QueuedRecord
+from malamute_pack.protocol.records import QueuedRecord, StreamRow
 from malamute_pack.transport.security import ClientSecurity
 
 _log = Logger()

@@ -1,11 +1,11 @@
 """
 The plain records that travel between brokers as well as into the journal:
-a queued (mailbox or service) record, a stream row as the journal writes
-it, and a stream's retention policy. They live here, under the codecs that
-carry them (L{malamute_pack.protocol.pair}), so that no codec imports the
-broker or the journal; L{malamute_pack.store},
-L{malamute_pack.journal.records} and L{malamute_pack.journal.retention}
-import them from here under their old names.
+a queued (mailbox or service) record, a stream record and a stream row as
+the journal writes it, an idempotent append's key, and a stream's
+retention policy. They live here, under the codecs that carry them
+(L{malamute_pack.protocol.pair}), so that no codec imports the broker or
+the journal; the model, the storage port (L{malamute_pack.store}) and the
+journal import them from here.
 
 Tests: ``tests/unit/test_protocol_records.py``.
 """

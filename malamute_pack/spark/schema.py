@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 )
 
 from malamute_pack.client.bulk import RangeChunk
-from malamute_pack.journal.records import decode_frames
+from malamute_pack.protocol.chunks import decode_frames
 from malamute_pack.spark.fields import subject_fields
 
 SCHEMA_DDL: Final = (

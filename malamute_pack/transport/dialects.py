@@ -31,7 +31,8 @@ from malamute_pack.broker.letters import Kind, Letter
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold
 from malamute_pack.protocol import chunks, mlm
-from malamute_pack.store import ChunkRow, StreamRecord
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.protocol.records import StreamRecord
 
 # A stream header's start (stream, writer) repeats for every message a writer
 # sends: it is encoded once (and kept, a bounded number of them) and each

@@ -31,7 +31,8 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.receipts import Receipt
 from malamute_pack.broker.session import Hold, Receiver
 from malamute_pack.protocol import mlm
-from malamute_pack.store import ChunkRow, StreamRecord
+from malamute_pack.protocol.chunks import ChunkRow
+from malamute_pack.protocol.records import StreamRecord
 from malamute_pack.transport.dialects import MlmDialect, MlmVersion1, MlmVersion2
 
 # Sends one message (its frames after the routing id) to a routing id;

@@ -37,7 +37,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.bulk import BulkClient, RangeChunk
 from malamute_pack.client.options import ClientOptions
-from malamute_pack.journal.records import decode_frames
+from malamute_pack.protocol.chunks import decode_frames
 from malamute_pack.spark import SCHEMA_DDL, SPARK_SCHEMA
 from malamute_pack.spark.fields import subject_fields
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess

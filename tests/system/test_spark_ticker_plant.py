@@ -27,7 +27,7 @@ from examples.spark_ticker_plant import VWAP_COLUMNS, start_plant, vwap, vwap_me
 from examples.spark_trades import DEFAULT_SYMBOLS, Trade, generate_trades, publish, trade_list
 from malamute_pack.client import BlockingClient
 from malamute_pack.client.bulk import BulkClient, RangeChunk
-from malamute_pack.journal.records import decode_frames
+from malamute_pack.protocol.chunks import decode_frames
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess
 from tests.spark_support import spark_for
 from tests.support import skip_slow

@@ -31,10 +31,11 @@ from pyspark.sql.types import (
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.bulk import RangeChunk, RangeGap
-from malamute_pack.journal.records import encode_frames, stream_row
+from malamute_pack.journal.records import stream_row
 from malamute_pack.journal.schema import migrate
 from malamute_pack.matching.fields import subject_criteria
 from malamute_pack.protocol import chunks, mlm
+from malamute_pack.protocol.chunks import encode_frames
 from malamute_pack.spark import SCHEMA_DDL, SPARK_SCHEMA
 from malamute_pack.spark.batch import MalamuteReader
 from malamute_pack.spark.fields import subject_fields

@@ -31,7 +31,7 @@ import zmq
 from malamute_pack.journal.records import stream_row
 from malamute_pack.pair.check import current_state
 from malamute_pack.protocol import pair as wire
-from malamute_pack.store import QueuedRecord
+from malamute_pack.protocol.records import QueuedRecord
 from malamute_pack.testing.brokerprocess import run_python
 from malamute_pack.transport.curve import load_client_keys, server_secret
 from tests.pair_system_support import (

@@ -17,7 +17,7 @@ from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig
 from malamute_pack.protocol import chunks, mlm
-from malamute_pack.store import AppendKey
+from malamute_pack.protocol.records import AppendKey
 from tests.broker_support import BrokerHarness
 
 A, R = b"appender", b"reader"

@@ -16,8 +16,8 @@ from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.session import Session
 from malamute_pack.protocol import mlm
+from malamute_pack.protocol.records import StreamRecord
 from malamute_pack.settings import Settings
-from malamute_pack.store import StreamRecord
 from malamute_pack.tap import BrokerService
 from malamute_pack.transport.router import RouterService
 from tests.e2e_support import (

@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.journal import Journal, JournalError, QueuedRecord
 from malamute_pack.journal.errors import storage_failure
-from malamute_pack.journal.records import StreamRow, stream_row
+from malamute_pack.journal.records import stream_row
 from malamute_pack.journal.schema import migrate
 from malamute_pack.journal.writer import (
     Barrier,
@@ -31,6 +31,7 @@ from malamute_pack.journal.writer import (
     Stop,
     WriteOp,
 )
+from malamute_pack.protocol.records import StreamRow
 from tests.support import capture_log
 from tests.unit.test_journal_journal import SLOW_COMMIT, Inline, new_path, open_journal, seqs
 

@@ -29,7 +29,7 @@ from malamute_pack.journal import (
     StreamRecord,
 )
 from malamute_pack.journal import writer as writer_module
-from malamute_pack.journal.records import StreamRow, stream_row
+from malamute_pack.journal.records import stream_row
 from malamute_pack.journal.schema import migrate
 from malamute_pack.journal.writer import (
     Barrier,
@@ -39,6 +39,7 @@ from malamute_pack.journal.writer import (
     QueuedStore,
     Stop,
 )
+from malamute_pack.protocol.records import StreamRow
 
 Inline = Generator[Deferred[Any], Any, None]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from malamute_pack.journal.records import StreamRecord
 from malamute_pack.journal.sequencing import Sequencer, merge_tail
+from malamute_pack.protocol.records import StreamRecord
 from tests.unit.test_journal_journal import SLOW_COMMIT, Inline, append, open_journal, seqs
 
 

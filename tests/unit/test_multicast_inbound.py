@@ -32,8 +32,8 @@ from malamute_pack.multicast.inbound import MAX_FLOWS, Flow, InboundBridge
 from malamute_pack.multicast.repair import TcpRepairs
 from malamute_pack.protocol import mlm, multicast
 from malamute_pack.protocol.multicast import Header
+from malamute_pack.protocol.records import StreamRecord
 from malamute_pack.settings import Settings
-from malamute_pack.store import StreamRecord
 from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import ZmqSocket

@@ -17,9 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.journal.records import StreamRow, encode_frames, stream_row
-from malamute_pack.journal.retention import DEFAULT_RETENTION, RetentionPolicy
+from malamute_pack.journal.records import stream_row
+from malamute_pack.journal.retention import DEFAULT_RETENTION
 from malamute_pack.protocol import pair
+from malamute_pack.protocol.chunks import encode_frames
 from malamute_pack.protocol.pair import (
     FULL,
     INCREMENTAL,
@@ -46,7 +47,7 @@ from malamute_pack.protocol.pair import (
     Ship,
     StreamDeleted,
 )
-from malamute_pack.store import QueuedRecord
+from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
 
 U64_MAX = 2**64 - 1
 

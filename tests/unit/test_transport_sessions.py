@@ -18,7 +18,7 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.broker.receipts import Receipts
 from malamute_pack.broker.session import Hold
 from malamute_pack.protocol import mlm
-from malamute_pack.store import StreamRecord
+from malamute_pack.protocol.records import StreamRecord
 from malamute_pack.transport.dialects import MlmVersion1, MlmVersion2
 from malamute_pack.transport.sessions import MlmSessions
 
