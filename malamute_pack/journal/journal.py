@@ -152,11 +152,6 @@ class Journal:
         return self._hand.writer is not None
 
     @property
-    def _writer(self) -> JournalWriter | None:
-        """The writer thread while the journal is open."""
-        return self._hand.writer
-
-    @property
     def config(self) -> JournalConfig:
         """Its settings (retention as L{set_retention} last changed it)."""
         return self._config

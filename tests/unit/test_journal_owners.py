@@ -98,7 +98,7 @@ class JournalOwnersTests(SynchronousTestCase):
         journal = self.journal(stream_synchronous="OFF")
         journal.append_stream("s", "w", "x", [b"1"], 1.0)
         self.wait(journal.flush())
-        writer = journal._writer
+        writer = journal._hand.writer
         assert writer is not None
         self.assertEqual(writer._synchronous, SYNCHRONOUS_LEVELS.index("OFF"))
         journal.append_stream("s", "w", "x", [b"2"], 1.0)

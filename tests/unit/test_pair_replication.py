@@ -125,7 +125,7 @@ class JournalPairCase(TestCase):
         return journal
 
     def _close(self, journal: Journal) -> Deferred[None] | None:
-        return journal.close() if journal._writer is not None else None
+        return journal.close() if journal.is_open else None
 
     async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
         deadline = CLOCK.seconds() + timeout
