@@ -671,9 +671,11 @@ class ProxyTests(MulticastCase):
         source.start(timeout=30.0)
         restarted = time.monotonic() - began
         producer.wait("written", timeout=60.0)
-        # Its connection to S is back (heartbeat 0.5 s, timeout 2 s), and
-        # with it what it held meanwhile.
-        time.sleep(3.0)
+        # What the producer held while S was away goes once its connection
+        # is back (heartbeat 0.5 s, timeout 2 s): wait for its last record.
+        deadline = time.monotonic() + 60.0
+        while count - 1 not in self.read_all(1)["indexes"] and time.monotonic() < deadline:
+            time.sleep(0.5)
         producer.stop()
         producer.result(30.0)
         at_source = self.read_all(1)["indexes"]
