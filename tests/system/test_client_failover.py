@@ -133,8 +133,10 @@ class ConnectTests(FailoverTestCase):
         """
         broker = self.start_broker()
         started = time.monotonic()
-        client = await self.client([self.dead, broker])
-        self.assertLess(time.monotonic() - started, 1.0)
+        client = await self.client([self.dead, broker], timeout=4.0)
+        # At most the first's share (2 s) went to it: the second answered
+        # before the whole timeout ran out.
+        self.assertLess(time.monotonic() - started, 4.0)
         self.assertEqual((client.endpoint, client.switches), (broker, 1))
         self.assertEqual(client.endpoints, (self.dead, broker))
         await client.set_producer("s")
@@ -144,8 +146,9 @@ class ConnectTests(FailoverTestCase):
         refuser = self.refuser()
         broker = self.start_broker()
         started = time.monotonic()
-        client = await self.client([refuser.endpoint, broker])
-        self.assertLess(time.monotonic() - started, 0.4)
+        client = await self.client([refuser.endpoint, broker], timeout=20.0)
+        # Well before the first's 10 s share of the timeout.
+        self.assertLess(time.monotonic() - started, 5.0)
         self.assertEqual((client.endpoint, client.switches), (broker, 1))
         self.assertEqual(refuser.opens(), 1)
         await client.set_consumer("s", "")
