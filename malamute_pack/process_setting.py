@@ -43,6 +43,12 @@ class ProcessSetting(Generic[T]):
         self._holders += 1
         self._write(value)
 
+    def apply(self, value: T) -> None:
+        """Apply C{value} while held (a holder that changed its mind)."""
+        if self._holders == 0:
+            raise RuntimeError("applied a process setting nobody holds")
+        self._write(value)
+
     def release(self) -> None:
         """Let go; the last holder puts back what the first found."""
         if self._holders == 0:

@@ -56,7 +56,8 @@ class Wire:
     """
     A PUB bound to a URL (L{sockets.open_publisher}) and a SUB connected to
     it (L{sockets.open_subscriber}), both in the reactor; what the SUB gets
-    is kept in C{received}. Closed when the test ends.
+    is kept in C{received}, a message per record (the records of a pack
+    each as a pack of one). Closed when the test ends.
     """
 
     def __init__(self, case: TestCase, context: zmq.Context[zmq.Socket[bytes]], url: str) -> None:
@@ -79,8 +80,9 @@ class Wire:
         for frames in batch:
             if frames[0] == PROBE:
                 self.probes += 1
-            else:
-                self.received.append(frames)
+                continue
+            for header, content in multicast.decode_pack(frames).headers():
+                self.received.append(multicast.encode(header, content))
 
     async def subscribed(self) -> None:
         """

@@ -18,7 +18,8 @@ a local Spark session on every core, then:
   goal is 300,000 rows/s and more on 2 cores). Where the time goes: the
   same range read by L{BulkClient.read_range} in this one process, no
   Spark (``direct_read_s``, ``direct_read_rows_per_s``), the same again
-  with each chunk made the source's Arrow batch (``direct_arrow_s``,
+  with each chunk made the source's Arrow batch as a Spark task makes it
+  (:mod:`malamute_pack.spark.chunk_arrow`; ``direct_arrow_s``,
   ``direct_arrow_rows_per_s``: what one Spark task does before Spark takes
   over), and the broker process's own CPU seconds while it served the
   direct read and the Spark one (``direct_read_broker_cpu_s``,
@@ -67,10 +68,10 @@ from malamute_pack.bench import percentiles
 from malamute_pack.bench.load import Link
 from malamute_pack.bench.multicast.counters import cpu_seconds
 from malamute_pack.client import BlockingClient
-from malamute_pack.client.bulk import BulkClient, RangeChunk
+from malamute_pack.client.bulk import BulkClient, RangeChunk, RangeGap
 from malamute_pack.protocol import mlm
 from malamute_pack.spark import register
-from malamute_pack.spark.schema import chunk_batch
+from malamute_pack.spark.chunk_arrow import chunk_record_batch
 from malamute_pack.testing.brokerprocess import (
     ANY_TCP_PORT,
     PROJECT_ROOT,
@@ -169,14 +170,20 @@ def publish_messages(endpoint: str, stream: str, count: int) -> None:
 
 def direct_read(endpoint: str, stream: str, last: int, arrow: bool = False) -> int:
     """
-    Read C{stream} up to C{last} with one L{BulkClient}, also making each
-    chunk the source's Arrow batch if C{arrow}; the records read.
+    Read C{stream} up to C{last} with one L{BulkClient}: as column chunks,
+    or if C{arrow} as the source's Arrow batches (as a Spark task reads);
+    the records read.
     """
     rows = 0
     with BulkClient(endpoint) as client:
-        for chunk in client.read_range(stream, 1, last):
-            if isinstance(chunk, RangeChunk):
-                rows += chunk_batch(chunk).num_rows if arrow else len(chunk.seq)
+        if arrow:
+            for item in client.read_chunks(stream, 1, last, chunk_record_batch):
+                if not isinstance(item, RangeGap):
+                    rows += item.num_rows
+        else:
+            for chunk in client.read_range(stream, 1, last):
+                if isinstance(chunk, RangeChunk):
+                    rows += len(chunk.seq)
     return rows
 
 

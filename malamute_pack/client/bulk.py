@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -79,6 +79,7 @@ from malamute_pack.protocol import chunks, mlm
 from malamute_pack.protocol.mlm import LATEST
 
 M = TypeVar("M", bound=mlm.Message)
+C = TypeVar("C")
 
 # Records a range read lets the broker send ahead of what was consumed.
 CREDIT_WINDOW: Final = 32_768
@@ -119,6 +120,18 @@ class RangeChunk:
     sender: list[str]
     subject: list[str]
     content: list[bytes]
+
+
+# Makes a chunk of a range read from a STREAM_CHUNK's stream, content frame
+# and record count; gives it with its last record's sequence number.
+# MalformedMessage if the content is not that many records.
+ChunkDecoder = Callable[[str, bytes, int], tuple[C, int]]
+
+
+def range_chunk(stream: str, data: bytes, count: int) -> tuple[RangeChunk, int]:
+    """A STREAM_CHUNK's records as a L{RangeChunk} (the decoder of L{BulkClient.read_range})."""
+    columns = chunks.decode_chunk(data, count)
+    return RangeChunk(stream, *columns), columns.seq[-1] if columns.seq else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,16 +505,27 @@ class BulkClient:
         again on a new connection after the last record yielded, up to
         C{retries} times; then BrokerUnreachableError.
         """
+        return self.read_chunks(stream, first, last, range_chunk, pattern)
+
+    def read_chunks(
+        self, stream: str, first: int, last: int, decode: ChunkDecoder[C], pattern: str = ""
+    ) -> Generator[C | RangeGap, None, None]:
+        """
+        As L{read_range}, each chunk made by C{decode} from its packed
+        records (a reader that wants columns of its own, such as Arrow,
+        decodes them once, its own way).
+        """
         position = first
         attempts = 0
         while True:
             try:
-                for item in self._read_once(stream, position, last, pattern):
-                    if isinstance(item, RangeChunk):
-                        position = item.seq[-1] + 1
-                    else:
+                for item in self._read_once(stream, position, last, pattern, decode):
+                    if isinstance(item, RangeGap):
                         position = max(position, item.available)
-                    yield item
+                        yield item
+                    else:
+                        chunk, position = item[0], max(position, item[1] + 1)
+                        yield chunk
                 return
             except AuthenticationRefusedError:
                 raise
@@ -516,8 +540,8 @@ class BulkClient:
                 self._retry_elsewhere()
 
     def _read_once(
-        self, stream: str, first: int, last: int, pattern: str
-    ) -> Generator[RangeChunk | RangeGap, None, None]:
+        self, stream: str, first: int, last: int, pattern: str, decode: ChunkDecoder[C]
+    ) -> Generator[tuple[C, int] | RangeGap, None, None]:
         self._fresh()
         self._command(mlm.StreamReadRange(stream, pattern, first, last), mlm.Ok)
         finished = False
@@ -529,13 +553,13 @@ class BulkClient:
                     if len(reply.content) != 1:
                         raise ClientError(f"STREAM_CHUNK with {len(reply.content)} frames")
                     try:
-                        columns = chunks.decode_chunk(reply.content[0], reply.count)
+                        decoded = decode(reply.address, reply.content[0], reply.count)
                     except mlm.MalformedMessage as e:
                         raise ClientError(f"malformed STREAM_CHUNK: {e}") from e
                     self._credit -= reply.count
                     if self._credit < CREDIT_WINDOW // 2:
                         self._grant()
-                    yield RangeChunk(reply.address, *columns)
+                    yield decoded
                 elif isinstance(reply, mlm.StreamGap):
                     yield RangeGap(reply.address, reply.missed, reply.available)
                 elif isinstance(reply, mlm.StreamEnd):

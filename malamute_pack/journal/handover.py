@@ -82,6 +82,8 @@ class HandOver:
         self.replica = ReplicaHold(self.finish, seconds)
         self.counters = JournalCounters()
         self.on_error: Callable[[JournalError], None] | None = None
+        # Told the records of each batch that committed.
+        self.on_batch: Callable[[int], None] | None = None
         self.writer: JournalWriter | None = None
         # Operations handed over and not yet reported back, and those queued
         # but not handed over yet.
@@ -173,6 +175,8 @@ class HandOver:
             counters.batches += 1
             counters.records_written += outcome.records
             counters.bytes_written += outcome.bytes
+            if self.on_batch is not None:
+                self.on_batch(outcome.records)
         for on_durable in outcome.callbacks:
             try:
                 on_durable(error)

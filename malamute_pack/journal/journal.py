@@ -171,6 +171,15 @@ class Journal:
         self._hand.on_error = callback
 
     @property
+    def on_batch(self) -> Callable[[int], None] | None:
+        """Told the records of each batch that committed."""
+        return self._hand.on_batch
+
+    @on_batch.setter
+    def on_batch(self, callback: Callable[[int], None] | None) -> None:
+        self._hand.on_batch = callback
+
+    @property
     def shipper(self) -> Shipper | None:
         """A pair's active's: sees every hand-over to the writer (L{Shipper})."""
         return self._replica.shipper

@@ -17,6 +17,10 @@ Tests: ``tests/unit/test_journal_reads.py``, ``tests/unit/test_journal_origin.py
 from __future__ import annotations
 
 import sqlite3
+from bisect import bisect_left
+from functools import partial
+from itertools import accumulate, repeat
+from operator import add, itemgetter
 from typing import Any, Final, cast
 
 from malamute_pack.protocol.chunks import ChunkRow, decode_frames
@@ -52,6 +56,17 @@ NEXT_ORIGIN: Final = (
 
 # Ids per IN (...) list: well under SQLite's limit of bound parameters.
 _IDS_PER_QUERY = 500
+
+# Chunk rows are fetched a block at a time: the first this many, then as
+# many as the byte cap has room for (at most _MAX_BLOCK): few fetches a
+# chunk, and few rows read past the cap.
+_FIRST_BLOCK: Final = 64
+_MAX_BLOCK: Final = 1024
+_CONTENT: Final = itemgetter(4)
+# What a row counts for besides its content, towards a chunk's byte cap.
+_ROW_OVERHEAD: Final = 64
+# A row of RANGE as a ChunkRow, made in C (its fields are in ChunkRow's order).
+_new_chunk_row: Final = partial(tuple.__new__, ChunkRow)
 
 
 # Streams and their numbers.
@@ -132,7 +147,12 @@ def chunk_rows(
     """
     The stored records of ``stream`` with ``first <= seq <= last``, in
     order, up to ``limit`` of them and about ``max_bytes`` of content (at
-    least one).
+    least one): each row counts its content and 64 bytes, and the first
+    row that brings the count to ``max_bytes`` is the last.
+
+    Rows are fetched a block at a time and measured with builtins mapped
+    over the block: no Python statement runs per row (a range read serves
+    hundreds of thousands a second).
     """
     try:
         cursor = range_cursor(conn, stream, first, last, limit)
@@ -140,12 +160,18 @@ def chunk_rows(
         return []
     rows: list[ChunkRow] = []
     size = 0
-    new_row = ChunkRow._make
-    for row in cursor:
-        rows.append(new_row(row))
-        size += len(row[4]) + 64
-        if size >= max_bytes:
+    wanted = _FIRST_BLOCK
+    while block := cursor.fetchmany(wanted):
+        # sizes[k]: the count after the first k rows of the block.
+        lengths = map(add, map(len, map(_CONTENT, block)), repeat(_ROW_OVERHEAD))
+        sizes = list(accumulate(lengths, initial=size))
+        end = bisect_left(sizes, max_bytes, 1)
+        rows.extend(map(_new_chunk_row, block[:end]))
+        if end < len(sizes):
             break
+        size = sizes[-1]
+        # As many rows as the cap has room for at the average size so far.
+        wanted = min(_MAX_BLOCK, (max_bytes - size) * len(rows) // size + 1)
     cursor.close()
     return rows
 

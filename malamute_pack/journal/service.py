@@ -5,16 +5,16 @@ queues before any client connects; flushed and closed when it stops. A
 journal that cannot open (corrupt, or not the journal its data directory's
 marker records) is logged and raised, so that C{twistd} exits non-zero.
 
-While it runs, the process's GIL switch interval is short
-(L{GIL_SWITCH_INTERVAL_S}): the journal's writer thread shares the GIL with
-the reactor, and a reactor that wants it back waits for the writer at most
-that long. Python's default, 5 ms, showed as the tail of stream delivery
-(``bench --scenario latency`` at 10k msgs/s: p99.9 12-15 ms with it, 5-8 ms
-with 0.5 ms), for no measurable throughput. The last journal service of the
-process to stop gives back what the first found
-(L{malamute_pack.process_setting}).
+While it runs, the process's GIL switch interval follows how busy the
+journal's writer thread is (L{malamute_pack.journal.gil}): short while its
+batches are small, so that a reactor that wants the GIL back waits for the
+writer at most that long (Python's default, 5 ms, showed as the tail of
+stream delivery), longer under a flood, where forced hand-overs of the GIL
+cost throughput. The last journal service of the process to stop gives
+back what the first found (L{malamute_pack.process_setting}).
 
-Tests: ``tests/unit/test_broker_durable.py``, ``tests/system/test_datadir.py``.
+Tests: ``tests/unit/test_broker_durable.py``, ``tests/unit/test_journal_gil.py``,
+``tests/system/test_datadir.py``.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.gil import SwitchIntervalChoice
 from malamute_pack.journal.journal import Journal, Recovered
 from malamute_pack.process_setting import ProcessSetting
 from malamute_pack.text import plural
 
 _log = Logger()
 
-# Seconds a thread holding the GIL keeps it while another waits for it.
-GIL_SWITCH_INTERVAL_S = 0.0005
-# Held by every running journal service of the process: the last to stop
-# gives back what the first found (L{malamute_pack.process_setting}).
+# The GIL switch interval, held by every running journal service of the
+# process, each applying what its batches ask for (L{malamute_pack.journal.gil});
+# the last to stop gives back what the first found (L{malamute_pack.process_setting}).
 SWITCH_INTERVAL: Final = ProcessSetting[float](sys.getswitchinterval, sys.setswitchinterval)
 
 
@@ -47,7 +47,9 @@ class JournalService(Service):
     def __init__(self, journal: Journal, recovered: Callable[[Recovered], None]) -> None:
         self.journal = journal
         self._recovered = recovered
+        self._switch = SwitchIntervalChoice()
         journal.on_error = self._report
+        journal.on_batch = self._batch
 
     def startService(self) -> None:
         try:
@@ -65,7 +67,8 @@ class JournalService(Service):
             else "",
         )
         self._recovered(found)
-        SWITCH_INTERVAL.hold(GIL_SWITCH_INTERVAL_S)
+        self._switch = SwitchIntervalChoice()
+        SWITCH_INTERVAL.hold(self._switch.interval)
         super().startService()
 
     def stopService(self) -> Deferred[None]:
@@ -73,6 +76,11 @@ class JournalService(Service):
             SWITCH_INTERVAL.release()
         super().stopService()
         return self.journal.close()
+
+    def _batch(self, records: int) -> None:
+        interval = self._switch.observe(records)
+        if interval is not None and self.running:
+            SWITCH_INTERVAL.apply(interval)
 
     def _report(self, error: JournalError) -> None:
         _log.error("journal write failed: {error}", error=error)

@@ -55,7 +55,7 @@ from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.broker.streams import NOTICE
 from malamute_pack.multicast.sessions import InboundSession
 from malamute_pack.protocol import multicast
-from malamute_pack.protocol.multicast import Header
+from malamute_pack.protocol.multicast import Record
 from malamute_pack.protocol.records import StreamRecord
 
 _log = Logger()
@@ -105,28 +105,30 @@ class Flow:
     mark: int
     endpoint: str = ""
     pattern: str = ""
-    held: deque[tuple[Header, list[bytes]]] = field(default_factory=deque)
+    held: deque[Record] = field(default_factory=deque)
     repairing: bool = False
     highest: int = 0
 
-    def follows(self, header: Header) -> bool:
-        """Whether C{header}'s record is the next one to write."""
-        return self.mark == 0 or _needed(header) <= self.mark
+    def follows(self, record: Record) -> bool:
+        """Whether C{record} is the next one to write."""
+        return self.mark == 0 or _needed(record) <= self.mark
 
 
-def _needed(header: Header) -> int:
-    """The origin's last record before C{header}'s that the bridge may have sent."""
-    return header.prev or header.seq - 1
+def _needed(record: Record) -> int:
+    """The origin's last record before C{record} that the bridge may have sent."""
+    return record.prev or record.seq - 1
 
 
 @dataclass
 class InboundCounters:
     """What one inbound bridge counted."""
 
-    received: int = 0
+    received: int = 0  # records, beats, and malformed messages
     written: int = 0
     duplicates: int = 0
-    malformed: int = 0
+    malformed: int = 0  # messages dropped, whatever they carried
+    # Of them, messages of another version of the bridge protocol.
+    other_version: int = 0
     refused: int = 0  # too large for this broker's limits, or too many flows
     held: int = 0
     overflow: int = 0  # dropped while held was full (the repair brings them)
@@ -203,43 +205,69 @@ class InboundBridge:
     # From the group
 
     def received(self, batch: Sequence[Sequence[bytes]]) -> None:
-        """Messages from the SUB socket."""
+        """Messages from the SUB socket: packs of records, and beats."""
         counters = self.counters
         for frames in batch:
-            counters.received += 1
             try:
-                header, content = multicast.decode(frames)
+                pack = multicast.decode_pack(frames)
+            except multicast.OtherVersion as e:
+                counters.received += 1
+                counters.malformed += 1
+                counters.other_version += 1
+                self._log.info(
+                    "version",
+                    "{bridge}: dropped a message of another bridge protocol ({error}):"
+                    " the publishing broker needs the same version as this one",
+                    bridge=self,
+                    error=e,
+                )
+                continue
             except multicast.MalformedBridgeMessage as e:
+                counters.received += 1
                 counters.malformed += 1
                 self._log.info("malformed", "{bridge}: dropped: {error}", bridge=self, error=e)
                 continue
-            flow = self._flow(header)
-            if flow is None or not self._fits(
-                flow, header.seq, header.sender, header.subject, content
-            ):
-                counters.refused += 1
+            flow = self._flow(pack.origin, pack.stream)
+            if flow is None:
+                counters.received += len(pack.records) or 1
+                counters.refused += len(pack.records) or 1
                 continue
-            flow.endpoint = header.endpoint
-            flow.pattern = header.pattern
-            if header.beat:
+            flow.endpoint = pack.endpoint
+            flow.pattern = pack.pattern
+            if pack.beat:
+                counters.received += 1
                 counters.beats += 1
-                if flow.mark and header.seq > flow.mark:  # the tail of a burst was lost
-                    flow.highest = max(flow.highest, header.seq)
+                if flow.mark and pack.beat > flow.mark:  # the tail of a burst was lost
+                    flow.highest = max(flow.highest, pack.beat)
                     if not flow.repairing and not self.shedding:
                         self._start_repair(flow)
+            else:
+                self._records(flow, pack.records)
+
+    def _records(self, flow: Flow, records: list[Record]) -> None:
+        """The records of a pack, in order."""
+        counters = self.counters
+        counters.received += len(records)
+        for record in records:
+            seq = record.seq
+            if not self._fits(flow, seq, record.sender, record.subject, record.content):
+                counters.refused += 1
             elif self.shedding:
                 counters.shed += 1
                 if flow.mark:  # a flow not joined yet joins later
-                    flow.highest = max(flow.highest, header.seq)
-            elif header.seq <= flow.mark:
+                    flow.highest = max(flow.highest, seq)
+            elif seq <= flow.mark:
                 counters.duplicates += 1
-            elif not flow.repairing and flow.follows(header):
-                self._write(flow, header.seq, header.timestamp / 1e6, header, content)
+            elif not flow.repairing and (flow.mark == 0 or (record.prev or seq - 1) <= flow.mark):
+                # flow.follows(record), inline: the path of every record
+                self._write(
+                    flow, seq, record.timestamp / 1e6, record.content, record.sender, record.subject
+                )
             else:
-                self._hold(flow, header, content)
+                self._hold(flow, record)
 
-    def _flow(self, header: Header) -> Flow | None:
-        flow = self.flows.get((header.origin, header.stream))
+    def _flow(self, origin: str, stream: str) -> Flow | None:
+        flow = self.flows.get((origin, stream))
         if flow is None:
             if len(self.flows) >= MAX_FLOWS:
                 self._log.info(
@@ -247,15 +275,13 @@ class InboundBridge:
                     "{bridge}: more than {most} origin streams; {origin} {stream!r} dropped",
                     bridge=self,
                     most=MAX_FLOWS,
-                    origin=header.origin,
-                    stream=header.stream,
+                    origin=origin,
+                    stream=stream,
                 )
                 return None
-            key = f"{header.origin}/{header.stream}"
+            key = f"{origin}/{stream}"
             mark = self._marks.get((self.stream, key), 0)
-            flow = self.flows[header.origin, header.stream] = Flow(
-                header.origin, header.stream, key, mark
-            )
+            flow = self.flows[origin, stream] = Flow(origin, stream, key, mark)
         return flow
 
     def _fits(
@@ -280,14 +306,14 @@ class InboundBridge:
             return False
         return True
 
-    def _hold(self, flow: Flow, header: Header, content: list[bytes]) -> None:
-        size = sum(map(len, content)) + _OVERHEAD
-        flow.highest = max(flow.highest, header.seq)
+    def _hold(self, flow: Flow, record: Record) -> None:
+        size = sum(map(len, record.content)) + _OVERHEAD
+        flow.highest = max(flow.highest, record.seq)
         if self._held_bytes + size > self._max_held_bytes:
             self.counters.overflow += 1
         else:
             self._held_bytes += size
-            flow.held.append((header, content))
+            flow.held.append(record)
             self.counters.held += 1
         if not flow.repairing:
             self._start_repair(flow)
@@ -321,7 +347,7 @@ class InboundBridge:
             return
         if seq > flow.mark:
             if self._fits(flow, seq, sender, subject, content):
-                self._write(flow, seq, timestamp, None, content, sender, subject)
+                self._write(flow, seq, timestamp, content, sender, subject)
                 self.counters.repaired += 1
             else:
                 self.counters.refused += 1
@@ -357,14 +383,14 @@ class InboundBridge:
         hole before one reported lost for C{reason}.
         """
         held = flow.held
-        while held and (below is None or held[0][0].seq < below):
-            header, content = held.popleft()
-            self._held_bytes -= sum(map(len, content)) + _OVERHEAD
-            if header.seq <= flow.mark:
+        while held and (below is None or held[0].seq < below):
+            record = held.popleft()
+            self._held_bytes -= sum(map(len, record.content)) + _OVERHEAD
+            if record.seq <= flow.mark:
                 continue
-            if not flow.follows(header):
-                self._notice(flow, _needed(header), reason)
-            self._write(flow, header.seq, header.timestamp / 1e6, header, content)
+            if not flow.follows(record):
+                self._notice(flow, _needed(record), reason)
+            self._write_held(flow, record)
 
     def _flush(self, flow: Flow) -> None:
         """
@@ -372,11 +398,11 @@ class InboundBridge:
         none is left and the mark has reached every record received.
         """
         held = flow.held
-        while held and flow.follows(held[0][0]):
-            header, content = held.popleft()
-            self._held_bytes -= sum(map(len, content)) + _OVERHEAD
-            if header.seq > flow.mark:
-                self._write(flow, header.seq, header.timestamp / 1e6, header, content)
+        while held and flow.follows(held[0]):
+            record = held.popleft()
+            self._held_bytes -= sum(map(len, record.content)) + _OVERHEAD
+            if record.seq > flow.mark:
+                self._write_held(flow, record)
         if not held and flow.mark >= flow.highest:
             flow.repairing = False
             self._repairs.stop(flow)
@@ -386,18 +412,20 @@ class InboundBridge:
 
     # Into the stream
 
+    def _write_held(self, flow: Flow, record: Record) -> None:
+        self._write(
+            flow, record.seq, record.timestamp / 1e6, record.content, record.sender, record.subject
+        )
+
     def _write(
         self,
         flow: Flow,
         seq: int,
         timestamp: float,
-        header: Header | None,
         content: Sequence[bytes],
-        sender: str = "",
-        subject: str = "",
+        sender: str,
+        subject: str,
     ) -> None:
-        if header is not None:
-            sender, subject = header.sender, header.subject
         record = StreamRecord(
             self.stream, 0, timestamp, sender, subject, tuple(content), flow.key, seq
         )

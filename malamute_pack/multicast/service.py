@@ -33,10 +33,16 @@ from malamute_pack.multicast.proxy import ProxySource
 from malamute_pack.multicast.publisher import BEAT_INTERVAL, Publisher
 from malamute_pack.multicast.repair import TcpRepairs
 from malamute_pack.multicast.sessions import OutboundSession
-from malamute_pack.multicast.sockets import bound_url, open_publisher, open_subscriber
+from malamute_pack.multicast.sockets import bound_url, open_publisher, open_subscriber, pack_bytes
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
 _log = Logger()
+
+# A SUB's messages are packs of records (up to 8 KiB each): a reactor turn
+# takes at most some 2,000 records of 100 bytes, as many as a turn of
+# ZmqSocket's default batches of single records did.
+PACKS_PER_BATCH = 16
+BATCHES_PER_TURN = 2
 
 
 def _ignore(batch: Batch) -> None:
@@ -102,7 +108,13 @@ class BridgeService(Service):
             socket = ZmqSocket(self._reactor, raw, _ignore)
             self._sockets.append(socket)
             publisher = Publisher(
-                self._clock, socket.send, origin, settings.endpoint, out.stream, out.pattern
+                self._clock,
+                socket.send,
+                origin,
+                settings.endpoint,
+                out.stream,
+                out.pattern,
+                pack_bytes(out.url),
             )
             self.publishers.append((url, publisher))
             _log.info(
@@ -140,6 +152,8 @@ class BridgeService(Service):
                     self._reactor,
                     open_subscriber(self._context, into.url, settings),
                     bridge.received,
+                    batchSize=PACKS_PER_BATCH,
+                    batchesPerTurn=BATCHES_PER_TURN,
                 )
                 self.inbound.append(bridge)
                 self._sockets.append(socket)
@@ -167,6 +181,8 @@ class BridgeService(Service):
         if self._broker is not None:
             for session in self._sessions:
                 self._broker.detach_remote(session)
+        for _, publisher in self.publishers:
+            publisher.close()
         for bridge in self.inbound:
             bridge.close()
         for socket in self._sockets:

@@ -31,6 +31,7 @@ from typing import Final
 import zmq
 
 from malamute_pack.multicast.config import MULTICAST, BridgeSettings, zmq_url
+from malamute_pack.multicast.publisher import NORM_PACK_BYTES, PACK_BYTES
 from malamute_pack.protocol.multicast import PREFIX
 
 # Messages queued in ZeroMQ on either side, and the kernel's socket buffers:
@@ -50,6 +51,11 @@ def _options(socket: zmq.Socket[bytes], settings: BridgeSettings) -> None:
     socket.setsockopt(zmq.MULTICAST_HOPS, settings.hops)
     socket.setsockopt(zmq.SNDBUF, BUFFER_BYTES)
     socket.setsockopt(zmq.RCVBUF, BUFFER_BYTES)
+
+
+def pack_bytes(url: str) -> int:
+    """The most bytes of records a publisher on C{url} packs in one message."""
+    return NORM_PACK_BYTES if url.split("://", 1)[0] == "norm" else PACK_BYTES
 
 
 def open_publisher(

@@ -268,7 +268,10 @@ class PairLink:
                 message = wire.decode(frames[1:])
             except wire.MalformedPairMessage as e:
                 self.malformed += 1
-                _log.warn("pair link: dropped a malformed message: {e}", e=e)
+                # Rate-limited: a partner of another version sends nothing else.
+                self._log_limit.info(
+                    "pair-malformed", "pair link: dropped a malformed message: {e}", e=e
+                )
                 continue
             try:
                 self._received(message)

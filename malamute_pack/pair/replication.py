@@ -53,6 +53,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Final
 
 from twisted.internet.defer import Deferred
@@ -206,6 +207,10 @@ def _size(op: WriteOp) -> int:
     return _OP_OVERHEAD + op[6]  # a stream row: its content's size
 
 
+# A stream row's content size (its journal ``bytes`` field).
+_ROW_SIZE: Final = itemgetter(6)
+
+
 def _ignore(_: object) -> None:
     """A replica's writes have nobody to tell."""
 
@@ -222,7 +227,7 @@ def _operation(change: wire.Change) -> WriteOp | None:
     if isinstance(change, wire.Removed):
         return QueuedRemove(change.record_id)
     if isinstance(change, wire.Appended):
-        size = sum(row[6] for row in change.rows)
+        size = sum(map(_ROW_SIZE, change.rows))  # no Python code per record
         return StreamAppend(change.rows, change.key, change.forget, _ignore, size)
     if isinstance(change, wire.AppendKey):
         return StreamAppend([], change.key, [], _ignore, 0)

@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from itertools import chain, repeat
+from operator import mul
 from typing import Final, NamedTuple
 
 from malamute_pack.protocol.mlm import MalformedMessage
 
 _LENGTH: Final = struct.Struct(">I")
 _CHUNK_HEAD: Final = struct.Struct(">QQB")
+_SEQ_TIME: Final = struct.Struct(">QQ")
 _MAX_FRAME: Final = 0xFFFFFFFF
 
 
@@ -100,21 +103,36 @@ def _text(value: str) -> bytes:
 
 
 def encode_chunk(rows: Iterable[ChunkRow]) -> bytes:
-    """The content frame of a STREAM_CHUNK holding C{rows}."""
-    parts: list[bytes] = []
-    append = parts.append
-    head = _CHUNK_HEAD.pack
-    length = _LENGTH.pack
-    for seq, timestamp, sender, subject, frames in rows:
-        who = _text(sender)
-        what = _text(subject)
-        append(head(seq, round(timestamp * 1_000_000), len(who)))
-        append(who)
-        append(bytes((len(what),)))
-        append(what)
-        append(length(len(frames)))
-        append(frames)
-    return b"".join(parts)
+    """
+    The content frame of a STREAM_CHUNK holding C{rows}.
+
+    Column by column, with builtins mapped over the columns: a range read
+    packs thousands of rows a chunk, and no Python statement runs per row.
+    The sender and subject of a row are packed once per distinct pair (a
+    stream has few writers and subjects).
+    """
+    table = list(rows)
+    if not table:
+        return b""
+    seqs, stamps, senders, subjects, blobs = zip(*table, strict=True)
+    pairs = list(zip(senders, subjects, strict=True))
+    names = {pair: _names(table, *pair) for pair in set(pairs)}
+    micros = map(round, map(mul, stamps, repeat(1_000_000)))
+    heads = map(_SEQ_TIME.pack, seqs, micros)
+    sizes = map(_LENGTH.pack, map(len, blobs))
+    records = zip(heads, map(names.__getitem__, pairs), sizes, blobs, strict=True)
+    return b"".join(chain.from_iterable(records))
+
+
+def _names(rows: list[ChunkRow], sender: str, subject: str) -> bytes:
+    """A chunk record's sender and subject, each a length byte and UTF-8."""
+    who = sender.encode("utf-8", "surrogateescape")
+    what = subject.encode("utf-8", "surrogateescape")
+    if len(who) > 255 or len(what) > 255:
+        for row in rows:  # raise for the first too long, as packing row by row would
+            _text(row.sender)
+            _text(row.subject)
+    return bytes((len(who),)) + who + bytes((len(what),)) + what
 
 
 def _string_at(data: bytes, offset: int, end: int) -> tuple[str, int]:

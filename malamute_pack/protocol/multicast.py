@@ -1,16 +1,20 @@
 """
-The multicast bridge's codec: one stream record as a ZeroMQ message on a
-PUB socket (PGM, NORM, or any ZeroMQ transport), to bytes and back, with no
-state (as ``twisted/names/dns.py`` is for DNS).
+The multicast bridge's codec: stream records packed into ZeroMQ messages
+on a PUB socket (PGM, NORM, or any ZeroMQ transport), to bytes and back,
+with no state (as ``twisted/names/dns.py`` is for DNS).
 
-A message is a header frame and then the record's content frames, as they
-were written. The header::
+A message is one frame: a I{pack} of one or more records of one bridge,
+each with its own header and its content frames as they were written::
 
-    "MB" version(1)  seq(8) prev(8) timestamp(8)
-    origin  endpoint  stream  pattern  sender  subject
+    "MB" version(1)  origin  endpoint  stream  pattern
+    then, for each record:
+        seq(8) prev(8) timestamp(8) frames(2)  sender  subject
+        then, for each content frame: length(4) and that many bytes
 
 Integers are big-endian and unsigned; the timestamp is in microseconds
 since the epoch; a string is a length byte and that many bytes of UTF-8.
+The first part (origin to pattern, the I{source}) is the same for every
+record a bridge publishes, so it is said once per pack.
 
 - C{origin}, C{stream}, C{seq}: the record's place in the origin broker's
   journal (the broker whose stream it is, or the TCP source a proxy
@@ -24,10 +28,15 @@ since the epoch; a string is a length byte and that many bytes of UTF-8.
   by reading C{stream} with C{pattern} there.
 
 A bridge that has published nothing for a while sends a I{beat}: the
-same header with the signature C{"MH"}, C{seq} the last number it
-published, C{prev} 0, empty sender and subject, and no content. A receiver
+signature C{"MH"}, the version and the source, then C{last(8)
+timestamp(8)}, C{last} being the last number it published. A receiver
 whose last record from that stream is older has lost the tail of a burst,
 which no later record would reveal.
+
+Version 1 (before packs) sent each record as its own message: a header
+frame (C{"MB" 1 seq prev timestamp}, the source, sender, subject) and the
+content frames. A message of another version raises L{OtherVersion}: a
+receiver counts it and drops it.
 
 Frames start with C{PREFIX}, so a SUB subscribes to it.
 Anything that does not decode raises L{MalformedBridgeMessage}.
@@ -39,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 from malamute_pack.protocol.errors import Malformed
@@ -47,15 +56,25 @@ from malamute_pack.protocol.errors import Malformed
 SIGNATURE: Final = b"MB"
 BEAT_SIGNATURE: Final = b"MH"
 PREFIX: Final = b"M"  # what both start with
-VERSION: Final = 1
-_FIXED = struct.Struct(">2sBQQQ")
-_FIXED_SIZE = _FIXED.size
+VERSION: Final = 2
+_START = struct.Struct(">2sB")
+_START_SIZE = _START.size
+_RECORD = struct.Struct(">QQQH")  # seq, prev, timestamp, content frames
+_RECORD_SIZE = _RECORD.size
+_LENGTH = struct.Struct(">I")
+_BEAT = struct.Struct(">QQ")  # last, timestamp
 # Every string is at most this long (one length byte).
 MAX_STRING: Final = 255
+# The most content frames a record in a pack can have (two bytes).
+MAX_FRAMES: Final = 0xFFFF
 
 
 class MalformedBridgeMessage(Malformed):
     """Bytes from a multicast group that are not a message of this codec."""
+
+
+class OtherVersion(MalformedBridgeMessage):
+    """A bridge message of another version of this codec (an older or newer broker's)."""
 
 
 class Header(NamedTuple):
@@ -73,6 +92,76 @@ class Header(NamedTuple):
     beat: bool = False  # a beat: seq is the last number published; no record
 
 
+class Record(NamedTuple):
+    """One record of a pack: its own header's fields and its content."""
+
+    seq: int
+    prev: int
+    timestamp: int  # microseconds since the epoch
+    sender: str
+    subject: str
+    content: list[bytes]
+
+
+# A Record from a tuple of its fields, without the generated __new__'s
+# Python call (a pack's records are made in a receiver's hottest loop).
+_new_record: Callable[[tuple[int, int, int, str, str, list[bytes]]], Record] = functools.partial(
+    tuple.__new__, Record
+)
+
+
+class Pack(NamedTuple):
+    """
+    One message: a bridge's source and its records, or a beat.
+
+    @ivar records: in the order published (none for a beat).
+    @ivar beat: for a beat, the last number the bridge published; else 0.
+    @ivar timestamp: a beat's time, microseconds since the epoch (0 for records).
+    """
+
+    origin: str
+    stream: str
+    endpoint: str
+    pattern: str
+    records: list[Record]
+    beat: int = 0
+    timestamp: int = 0
+
+    def headers(self) -> list[tuple[Header, list[bytes]]]:
+        """Its records as (header, content), or a beat's header and no content."""
+        if self.beat:
+            header = Header(
+                self.origin,
+                self.stream,
+                self.beat,
+                0,
+                self.timestamp,
+                self.endpoint,
+                self.pattern,
+                "",
+                "",
+                True,
+            )
+            return [(header, [])]
+        return [
+            (
+                Header(
+                    self.origin,
+                    self.stream,
+                    r.seq,
+                    r.prev,
+                    r.timestamp,
+                    self.endpoint,
+                    self.pattern,
+                    r.sender,
+                    r.subject,
+                ),
+                r.content,
+            )
+            for r in self.records
+        ]
+
+
 def _string(value: str) -> bytes:
     data = value.encode()
     if len(data) > MAX_STRING:
@@ -82,44 +171,56 @@ def _string(value: str) -> bytes:
 
 def encode_source(origin: str, endpoint: str, stream: str, pattern: str) -> bytes:
     """
-    The part of a header that one bridge repeats on every record of one
-    stream (encoded once, passed to L{encode_header}).
+    The part of a pack that one bridge repeats on every pack of one
+    stream (encoded once, passed to L{encode_pack} and L{encode_beat}).
 
     @raise ValueError: a string longer than L{MAX_STRING} bytes.
     """
     return _string(origin) + _string(endpoint) + _string(stream) + _string(pattern)
 
 
-def encode_header(
-    source: bytes, seq: int, prev: int, timestamp: int, sender: str, subject: str
+def encode_record(
+    seq: int, prev: int, timestamp: int, sender: str, subject: str, content: Sequence[bytes]
 ) -> bytes:
     """
-    A header frame, from L{encode_source}'s part and the record's fields.
+    One record of a pack, its header and its content.
 
-    @raise ValueError: C{sender} or C{subject} longer than L{MAX_STRING} bytes.
+    @raise ValueError: C{sender} or C{subject} longer than L{MAX_STRING}
+        bytes, or more than L{MAX_FRAMES} content frames.
     """
-    return (
-        _FIXED.pack(SIGNATURE, VERSION, seq, prev, timestamp)
-        + source
-        + _string(sender)
-        + _string(subject)
-    )
+    if len(content) > MAX_FRAMES:
+        raise ValueError(f"{len(content)} content frames: a pack's record has at most {MAX_FRAMES}")
+    parts = [_RECORD.pack(seq, prev, timestamp, len(content)), _string(sender), _string(subject)]
+    for frame in content:
+        parts.append(_LENGTH.pack(len(frame)))
+        parts.append(frame)
+    return b"".join(parts)
+
+
+def pack_start(source: bytes) -> bytes:
+    """What every pack of a bridge starts with, before its records (L{encode_source}'s part)."""
+    return _START.pack(SIGNATURE, VERSION) + source
+
+
+def encode_pack(source: bytes, records: Sequence[bytes]) -> list[bytes]:
+    """A message's frames: a pack of records encoded by L{encode_record} (at least one)."""
+    return [b"".join((pack_start(source), *records))]
 
 
 def encode_beat(source: bytes, last: int, timestamp: int) -> bytes:
     """A beat's only frame: C{last} is the last number the bridge published."""
-    return _FIXED.pack(BEAT_SIGNATURE, VERSION, last, 0, timestamp) + source + b"\0\0"
+    return _START.pack(BEAT_SIGNATURE, VERSION) + source + _BEAT.pack(last, timestamp)
 
 
 def encode(header: Header, content: Sequence[bytes]) -> list[bytes]:
-    """The frames of one record (its header, then its content), or of a beat."""
+    """The frames of a message of one record (its header, then its content), or of a beat."""
     source = encode_source(header.origin, header.endpoint, header.stream, header.pattern)
     if header.beat:
         return [encode_beat(source, header.seq, header.timestamp)]
-    frame = encode_header(
-        source, header.seq, header.prev, header.timestamp, header.sender, header.subject
+    record = encode_record(
+        header.seq, header.prev, header.timestamp, header.sender, header.subject, content
     )
-    return [frame, *content]
+    return encode_pack(source, [record])
 
 
 def _strings(data: bytes, count: int) -> tuple[str, ...]:
@@ -128,63 +229,111 @@ def _strings(data: bytes, count: int) -> tuple[str, ...]:
     strings: list[str] = []
     for _ in range(count):
         if at >= len(data):
-            raise MalformedBridgeMessage("the header ends inside its strings")
+            raise MalformedBridgeMessage("the source ends inside its strings")
         end = at + 1 + data[at]
         if end > len(data):
-            raise MalformedBridgeMessage("the header ends inside its strings")
+            raise MalformedBridgeMessage("the source ends inside its strings")
         try:
             strings.append(data[at + 1 : end].decode())
         except UnicodeDecodeError as e:
-            raise MalformedBridgeMessage(f"a header string is not UTF-8: {e}") from None
+            raise MalformedBridgeMessage(f"a source string is not UTF-8: {e}") from None
         at = end
     if at != len(data):
-        raise MalformedBridgeMessage(f"{len(data) - at} bytes after the header")
+        raise MalformedBridgeMessage(f"{len(data) - at} bytes after the source")
     return tuple(strings)
 
 
-# One bridge repeats its source part on every record: decoded once. A pure
+# One bridge repeats its source part on every pack: decoded once. A pure
 # function of its bytes, so the cache holds no state of the codec.
 @functools.lru_cache(maxsize=256)
 def _source(data: bytes) -> tuple[str, ...]:
     strings = _strings(data, 4)  # origin, endpoint, stream, pattern
     if not strings[0] or not strings[2]:
-        raise MalformedBridgeMessage("a header without its origin or stream")
+        raise MalformedBridgeMessage("a pack without its origin or stream")
     return strings
 
 
-def decode_header(frame: bytes) -> Header:
-    """The header of a record (the first frame of its message)."""
+def _records(frame: bytes, at: int) -> list[Record]:
+    """The records of a pack's C{frame}, from C{at} (after its source) to its end."""
     size = len(frame)
-    if size < _FIXED_SIZE:
-        raise MalformedBridgeMessage(f"a header of {size} bytes is too short")
-    signature, version, seq, prev, timestamp = _FIXED.unpack_from(frame)
+    if at >= size:
+        raise MalformedBridgeMessage("a pack of no records")
+    unpack_record = _RECORD.unpack_from
+    unpack_length = _LENGTH.unpack_from
+    records: list[Record] = []
+    append = records.append
+    try:
+        while at < size:
+            seq, prev, timestamp, count = unpack_record(frame, at)
+            if seq == 0 or prev >= seq:
+                raise MalformedBridgeMessage(f"sequence number {seq} after {prev}")
+            at += _RECORD_SIZE
+            end = at + 1 + frame[at]
+            sender = frame[at + 1 : end].decode()
+            at = end + 1 + frame[end]
+            subject = frame[end + 1 : at].decode()
+            content = []
+            for _ in range(count):
+                end = at + 4 + unpack_length(frame, at)[0]
+                if end > size:
+                    raise MalformedBridgeMessage("a content frame's length goes past the pack")
+                content.append(frame[at + 4 : end])
+                at = end
+            if at > size:  # only the strings can overrun unchecked
+                raise MalformedBridgeMessage("the pack ends inside a record's header")
+            append(_new_record((seq, prev, timestamp, sender, subject, content)))
+    except (IndexError, struct.error):
+        raise MalformedBridgeMessage("the pack ends inside a record's header") from None
+    except UnicodeDecodeError as e:
+        raise MalformedBridgeMessage(f"a sender or subject is not UTF-8: {e}") from None
+    return records
+
+
+def decode_pack(frames: Sequence[bytes]) -> Pack:
+    """
+    A whole message.
+
+    @raise OtherVersion: a bridge message of another version.
+    @raise MalformedBridgeMessage: anything else that is not a pack or a beat.
+    """
+    if not frames:
+        raise MalformedBridgeMessage("an empty message")
+    frame = frames[0]
+    size = len(frame)
+    if size < _START_SIZE:
+        raise MalformedBridgeMessage(f"a message of {size} bytes is too short")
+    signature, version = _START.unpack_from(frame)
     beat = signature == BEAT_SIGNATURE
     if signature != SIGNATURE and not beat:
         raise MalformedBridgeMessage(f"signature {signature!r} is not {SIGNATURE!r}")
     if version != VERSION:
-        raise MalformedBridgeMessage(
+        raise OtherVersion(
             f"bridge protocol version {version}: this broker speaks version {VERSION}"
         )
-    if seq == 0 or prev >= seq:
-        raise MalformedBridgeMessage(f"sequence number {seq} after {prev}")
+    if len(frames) > 1:
+        raise MalformedBridgeMessage(f"a message of {len(frames)} frames: a pack is one")
     # The source part ends after four strings.
-    end = _FIXED_SIZE
+    end = _START_SIZE
     for _ in range(4):
         if end >= size:
-            raise MalformedBridgeMessage("the header ends inside its strings")
+            raise MalformedBridgeMessage("the source ends inside its strings")
         end += 1 + frame[end]
-    origin, endpoint, stream, pattern = _source(frame[_FIXED_SIZE:end])
-    sender, subject = _strings(frame[end:], 2)
-    if beat and (prev or sender or subject):
-        raise MalformedBridgeMessage("a beat names no record")
-    return Header(origin, stream, seq, prev, timestamp, endpoint, pattern, sender, subject, beat)
+    if end > size:
+        raise MalformedBridgeMessage("the source ends inside its strings")
+    origin, endpoint, stream, pattern = _source(frame[_START_SIZE:end])
+    if beat:
+        if size - end != _BEAT.size:
+            raise MalformedBridgeMessage("a beat is its source and two numbers")
+        last, timestamp = _BEAT.unpack_from(frame, end)
+        if not last:
+            raise MalformedBridgeMessage("a beat names no record published")
+        return Pack(origin, stream, endpoint, pattern, [], last, timestamp)
+    return Pack(origin, stream, endpoint, pattern, _records(frame, end))
 
 
 def decode(frames: Sequence[bytes]) -> tuple[Header, list[bytes]]:
-    """A whole message: its header and its content frames (none for a beat)."""
-    if not frames:
-        raise MalformedBridgeMessage("an empty message")
-    header = decode_header(frames[0])
-    if header.beat and len(frames) > 1:
-        raise MalformedBridgeMessage("a beat with content")
-    return header, list(frames[1:])
+    """A message of one record: its header and its content frames (none for a beat)."""
+    headers = decode_pack(frames).headers()
+    if len(headers) != 1:
+        raise MalformedBridgeMessage(f"a pack of {len(headers)} records, not one")
+    return headers[0]

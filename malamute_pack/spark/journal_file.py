@@ -1,6 +1,7 @@
 """
 A broker's journal file read directly, offline and read-only (the
-``journal`` option): the same ``status`` and ``read_range`` as the bulk
+``journal`` option): the same ``status``, ``read_range`` and
+``read_chunks`` (chunks packed as the broker packs them) as the bulk
 client (L{malamute_pack.client.bulk.BulkClient}) answer from the broker,
 made from the ``stream_messages`` table (``malamute_pack/journal/schema.py``)
 and the ``streams`` table's highest numbers, with the broker's own queries
@@ -22,14 +23,17 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, TypeVar
 
-from malamute_pack.client.bulk import RangeChunk, RangeGap, StreamStatus
+from malamute_pack.client.bulk import ChunkDecoder, RangeChunk, RangeGap, StreamStatus, range_chunk
 from malamute_pack.journal import reads
 from malamute_pack.matching.patterns import parse_pattern
 from malamute_pack.protocol import mlm
+from malamute_pack.protocol.chunks import ChunkRow, encode_chunk
 
 CHUNK_RECORDS: Final = 4096
+
+C = TypeVar("C")
 
 
 class JournalFileError(Exception):
@@ -98,6 +102,15 @@ class JournalFile:
         self, stream: str, first: int, last: int, pattern: str = ""
     ) -> Iterator[RangeChunk | RangeGap]:
         """As L{BulkClient.read_range}: the retained records C{first}..C{last}, in chunks."""
+        return self.read_chunks(stream, first, last, range_chunk, pattern)
+
+    def read_chunks(
+        self, stream: str, first: int, last: int, decode: ChunkDecoder[C], pattern: str = ""
+    ) -> Iterator[C | RangeGap]:
+        """
+        As L{BulkClient.read_chunks}: each chunk packed as the broker packs
+        a STREAM_CHUNK, and made by C{decode}.
+        """
         status = self.status(stream)
         first, last = max(first, 1), min(last, status.last)
         if first > last:
@@ -107,15 +120,9 @@ class JournalFile:
             first = status.first
         matcher = parse_pattern(pattern) if pattern else None
         cursor = reads.range_cursor(self._conn, stream, first, last)
-        while rows := cursor.fetchmany(self._chunk_records):
+        while block := cursor.fetchmany(self._chunk_records):
+            rows = [ChunkRow._make(row) for row in block]
             if matcher is not None:
-                rows = [row for row in rows if matcher.matches(row[3])]
+                rows = [row for row in rows if matcher.matches(row.subject)]
             if rows:
-                yield RangeChunk(
-                    stream,
-                    [int(row[0]) for row in rows],
-                    [round(row[1] * 1_000_000) for row in rows],
-                    [str(row[2]) for row in rows],
-                    [str(row[3]) for row in rows],
-                    [bytes(row[4]) for row in rows],
-                )
+                yield decode(stream, encode_chunk(rows), len(rows))[0]

@@ -21,22 +21,24 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from malamute_pack.client.bulk import (
     BulkClient,
+    ChunkDecoder,
     DataLossError,
-    RangeChunk,
     RangeGap,
     StreamStatus,
 )
 from malamute_pack.client.options import ClientOptions
+from malamute_pack.spark.chunk_arrow import chunk_record_batch
 from malamute_pack.spark.journal_file import JournalFile
 from malamute_pack.spark.options import Position, Target
-from malamute_pack.spark.schema import chunk_batch
+
+C = TypeVar("C")
 
 
 class RangeSource(Protocol):
@@ -53,9 +55,9 @@ class RangeSource(Protocol):
 
     def status(self, stream: str, whence: int = ..., position: int = ...) -> StreamStatus: ...
 
-    def read_range(
-        self, stream: str, first: int, last: int, pattern: str = ...
-    ) -> Iterator[RangeChunk | RangeGap]: ...
+    def read_chunks(
+        self, stream: str, first: int, last: int, decode: ChunkDecoder[C], pattern: str = ...
+    ) -> Iterator[C | RangeGap]: ...
 
     def close(self) -> None: ...
 
@@ -110,10 +112,14 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     if partition.first > partition.last:
         return
     with open_source(partition.target) as source:
-        for item in source.read_range(
-            partition.stream, partition.first, partition.last, partition.pattern
+        for item in source.read_chunks(
+            partition.stream,
+            partition.first,
+            partition.last,
+            chunk_record_batch,
+            partition.pattern,
         ):
             if isinstance(item, RangeGap):
                 report_gap(item, partition.fail_on_data_loss)
-            elif item.seq:
-                yield chunk_batch(item)
+            elif item.num_rows:
+                yield item

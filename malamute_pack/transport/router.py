@@ -29,6 +29,7 @@ from malamute_pack.broker.session import Receiver
 from malamute_pack.transport.handshakes import HandshakeMonitor
 from malamute_pack.transport.sessions import MlmSessions
 from malamute_pack.transport.zap import CLIENT_DOMAIN
+from malamute_pack.transport.zmqcore import BUILD
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
 
 _log = Logger()
@@ -154,6 +155,7 @@ class RouterService(Service):
                     raise BindError(endpoint, e) from e
                 self.bound.append(raw.getsockopt_string(zmq.LAST_ENDPOINT))
                 _log.info("Malamute broker bound to {endpoint}", endpoint=self.bound[-1])
+            _log.info("ZeroMQ I/O core: {build}", build=BUILD)
         except zmq.ZMQError:
             raw.close(linger=0)
             self.bound = []

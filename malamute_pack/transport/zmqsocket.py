@@ -22,7 +22,6 @@ Tests: ``tests/unit/test_transport_zmqsocket.py``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -32,67 +31,16 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-# pyzmq's send_multipart combines its flags through enum arithmetic, which
-# costs more than the send itself; the backend's send with int flags does not.
-# Only the first frame can fail with EAGAIN: ZeroMQ queues whole messages.
-_send = zmq.backend.Socket.send
-_recv = zmq.backend.Socket.recv
+from malamute_pack.transport.zmqcore import recv_batch, recv_identified_batch, send_message
+
 _get = zmq.backend.Socket.get
-_NOBLOCK = int(zmq.NOBLOCK)
-_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
-
-# Whether more frames follow is read from each frame (zmq_msg_more), never
-# with getsockopt(RCVMORE): pyzmq turns every option into its enum first,
-# which costs three times a frame's receipt (about 1.5 us a call here; the
-# broker receives every message, so this is its hottest loop).
-
-
-def _recv_multipart(sock: zmq.Socket[bytes]) -> list[bytes]:
-    """One whole message without blocking (zmq.Again if none waits)."""
-    frames: list[bytes] = []
-    while True:
-        frame: zmq.Frame = _recv(sock, _NOBLOCK, False)
-        frames.append(frame.bytes)  # the rest of a message is always there
-        if not frame.more:
-            return frames
-
-
-def _recv_routed(sock: zmq.Socket[bytes]) -> list[bytes]:
-    """
-    As L{_recv_multipart}, on a ROUTER: its first frame, the routing id,
-    is always followed by the peer's message, so it is read as bytes, the
-    cheapest way, with no frame object to ask.
-    """
-    frames: list[bytes] = [_recv(sock, _NOBLOCK)]
-    while True:
-        frame: zmq.Frame = _recv(sock, _NOBLOCK, False)
-        frames.append(frame.bytes)
-        if not frame.more:
-            return frames
-
-
-def _recv_identified(sock: zmq.Socket[bytes]) -> list[bytes]:
-    """
-    One whole message without blocking from a ROUTER, preceded by the user
-    ZeroMQ's authentication (ZAP) gave its connection (UTF-8; empty if
-    none). The routing id frame is the socket's own, without the peer's
-    metadata: the user is read from the frame after it.
-    """
-    frames: list[bytes] = [b"", _recv(sock, _NOBLOCK)]
-    frame: zmq.Frame = _recv(sock, _NOBLOCK, False)
-    with contextlib.suppress(zmq.ZMQError):  # no user on this connection
-        frames[0] = str(frame.get("User-Id")).encode("utf-8", "surrogateescape")
-    frames.append(frame.bytes)
-    while frame.more:
-        frame = _recv(sock, _NOBLOCK, False)
-        frames.append(frame.bytes)
-    return frames
 
 
 # One delivery to the owner: a list of multipart messages.
 Batch = list[list[bytes]]
+
 
 # Called when a deferred message could not be sent after all.
 Undelivered = Callable[[], None]
@@ -120,20 +68,15 @@ class ZmqSocket:
     ) -> None:
         """
         @param identified: put before each message's frames the user its
-            connection authenticated as (a ROUTER only; see L{_recv_identified}); it
-            costs a frame object per message, so only secured sockets ask.
+            connection authenticated as (a ROUTER only; see
+            L{malamute_pack.transport.zmqcore.recv_identified_batch}).
         """
         self._reactor = reactor
         self.socket = socket
         self._onBatch = onBatch
         self._batchSize = batchSize
         self._batchesPerTurn = batchesPerTurn
-        if identified:
-            self._receive = _recv_identified
-        elif socket.getsockopt(zmq.TYPE) == zmq.ROUTER:
-            self._receive = _recv_routed
-        else:
-            self._receive = _recv_multipart
+        self._receive = recv_identified_batch if identified else recv_batch
         self._fd: int = socket.getsockopt(zmq.FD)  # type: ignore[assignment]
         self._recheckScheduled = False
         self._reading = False
@@ -165,12 +108,7 @@ class ZmqSocket:
             for _ in range(self._batchesPerTurn):
                 if not cast(int, _get(sock, _EVENTS)) & _POLLIN:
                     return
-                batch: Batch = []
-                try:
-                    for _ in range(self._batchSize):
-                        batch.append(receive(sock))
-                except zmq.Again:
-                    pass
+                batch = receive(sock, self._batchSize)
                 if batch:
                     try:
                         self._onBatch(batch)
@@ -238,14 +176,7 @@ class ZmqSocket:
 
     def _send_now(self, first: bytes, rest: Sequence[bytes]) -> bool:
         try:
-            sock = self.socket
-            if not rest:
-                _send(sock, first, _NOBLOCK)
-            else:
-                _send(sock, first, _MORE)
-                last = len(rest) - 1
-                for i, frame in enumerate(rest):
-                    _send(sock, frame, _NOBLOCK if i == last else _MORE)
+            send_message(self.socket, first, rest)
         except zmq.ZMQError as e:
             if e.errno not in (zmq.EAGAIN, zmq.EHOSTUNREACH):
                 raise

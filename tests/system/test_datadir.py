@@ -39,8 +39,9 @@ from malamute_pack.journal import (
     JournalError,
     JournalIdentityError,
 )
+from malamute_pack.journal.gil import BUSY_INTERVAL_S, BUSY_RECORDS, LIGHT_INTERVAL_S
 from malamute_pack.journal.identity import read_marker
-from malamute_pack.journal.service import GIL_SWITCH_INTERVAL_S, JournalService
+from malamute_pack.journal.service import JournalService
 from malamute_pack.tap import makeBrokerService
 from tests.support import capture_log
 from tests.unit.test_journal_journal import Inline
@@ -374,14 +375,19 @@ class MarkerTests(TestCase):
     def test_shortSwitchIntervalWhileRunning(self) -> Inline:
         """
         While the journal service runs (its writer thread sharing the GIL
-        with the reactor) the GIL switch interval is the short one; it is
-        what it was again once the service stops.
+        with the reactor) the GIL switch interval is the short one, the
+        long one once the journal reports a big batch; it is what it was
+        again once the service stops.
         """
         before = sys.getswitchinterval()
-        service = JournalService(self.journal(), lambda found: None)
+        journal = self.journal()
+        service = JournalService(journal, lambda found: None)
         service.startService()
         try:
-            self.assertEqual(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S)
+            self.assertEqual(sys.getswitchinterval(), LIGHT_INTERVAL_S)
+            assert journal.on_batch is not None
+            journal.on_batch(BUSY_RECORDS)  # as the hand-over reports a committed batch
+            self.assertEqual(sys.getswitchinterval(), BUSY_INTERVAL_S)
         finally:
             yield service.stopService()
         self.assertEqual(sys.getswitchinterval(), before)

@@ -18,7 +18,7 @@ from malamute_pack.client.options import ClientOptions
 from malamute_pack.client.reactor_client import MalamuteClient
 from malamute_pack.multicast import proxy, sockets
 from malamute_pack.multicast.proxy import ProxySource
-from malamute_pack.multicast.publisher import Publisher
+from malamute_pack.multicast.publisher import PACK_BYTES, Publisher
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from tests.multicast_support import InProcessBroker, Wire, clock, settle, the_reactor, wait_for
 from tests.support import skip_slow
@@ -227,7 +227,8 @@ class WindowTests(ProxyTestCase):
         last = await self.reading(writer)
         self.wire.sub.pauseReading()
         for n in range(1, 41):
-            writer.send(f"r{n}", [b"x" * 100])
+            # Half a pack each: the queue fills with packs of two.
+            writer.send(f"r{n}", [b"x" * (PACK_BYTES // 2)])
         await wait_for(lambda: self.publisher.counters.full > 0)
         await settle(0.2)
         # Published into the full queue, plus what waits here: no more than the window.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import zmq
 from twisted.internet.defer import Deferred
+from twisted.logger import formatEvent
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.broker.broker import Broker
@@ -20,6 +21,7 @@ from malamute_pack.protocol.records import StreamRecord
 from malamute_pack.settings import Settings
 from malamute_pack.tap import BrokerService
 from malamute_pack.transport.router import RouterService
+from malamute_pack.transport.zmqcore import BUILD
 from tests.e2e_support import (
     Peer,
     ipc_endpoint,
@@ -28,6 +30,7 @@ from tests.e2e_support import (
     tcp_endpoint,
     the_reactor,
 )
+from tests.support import capture_log
 
 
 class BrokerTestCase(TestCase):
@@ -80,6 +83,19 @@ class BrokerTestCase(TestCase):
         peer = self.peer()
         await peer.open(address)
         return peer
+
+
+class StartupLogTests(BrokerTestCase):
+    def setUp(self) -> None:
+        self.events = capture_log(self)
+        super().setUp()
+
+    def test_coreNamedOnce(self) -> None:
+        """The start-up log names the ZeroMQ I/O core in use (compiled, or pure and why), once."""
+        lines = [formatEvent(e) for e in self.events]
+        self.assertEqual(
+            [t for t in lines if t.startswith("ZeroMQ I/O core")], [f"ZeroMQ I/O core: {BUILD}"]
+        )
 
 
 class IpcTests(BrokerTestCase):

@@ -8,6 +8,7 @@ loopback).
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from twisted.application.service import MultiService
 from twisted.internet import reactor
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.internet.task import Clock, deferLater
+from twisted.logger import formatEvent
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.broker.broker import Broker, BrokerConfig
@@ -39,6 +41,7 @@ from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import ZmqSocket
 from tests.broker_support import BrokerHarness
 from tests.memory_session import InMemorySession
+from tests.support import capture_log
 
 _reactor = cast(IReactorFDSet, reactor)
 _clock = cast(IReactorTime, reactor)
@@ -189,6 +192,73 @@ class InboundTests(BridgeMixin, SynchronousTestCase):
         self.assertEqual(self.marks, {(LOCAL, KEY): 3})
         self.assertEqual((self.bridge.counters.received, self.bridge.counters.written), (3, 3))
         self.assertEqual(self.repairs.started, [])
+
+    def pack(self, *records: tuple[int, int]) -> list[bytes]:
+        """Origin records (seq, prev) in one pack, as the group brings them."""
+        source = multicast.encode_source(ORIGIN, ENDPOINT, ORIGIN_STREAM, "")
+        encoded = [
+            multicast.encode_record(
+                seq, prev, seq * 1_000_000 + 500_000, "writer", f"temp.{seq}", [f"r{seq}".encode()]
+            )
+            for seq, prev in records
+        ]
+        return multicast.encode_pack(source, encoded)
+
+    def test_packWritten(self) -> None:
+        """
+        The records of a pack are taken one by one, in order, as if each
+        had come alone: written with their own numbers, sender, subject,
+        time and content; a record of a later pack that does not follow
+        the last one written starts a repair from there.
+        """
+        self.bridge.received([self.pack((1, 0), (2, 1), (3, 2))])
+        self.assertEqual(origin_seqs(self.reader), [1, 2, 3])
+        self.assertEqual(
+            [(r.subject, r.content, r.timestamp) for r in self.reader.records],
+            [(f"temp.{n}", (f"r{n}".encode(),), n + 0.5) for n in (1, 2, 3)],
+        )
+        self.assertEqual((self.bridge.counters.received, self.bridge.counters.written), (3, 3))
+        self.bridge.received([self.pack((5, 4), (6, 5))])
+        self.assertEqual(self.repairs.started, [(KEY, 3)])
+        self.assertEqual(self.bridge.counters.held, 2)
+        self.repair(4)
+        self.assertEqual(origin_seqs(self.reader), [1, 2, 3, 4, 5, 6])
+        self.assertEqual(self.repairs.stopped, [(KEY, 6)])
+
+    def test_malformedPackDropped(self) -> None:
+        """
+        A pack cut short, or whose content lengths go past its end, is
+        dropped whole (counted once), raising nothing; the loss shows at
+        the next pack and is repaired.
+        """
+        self.receive((1, 0))
+        [whole] = self.pack((2, 1), (3, 2))
+        self.bridge.received([[whole[:-3]], [whole[:-6] + b"\0\0\0\x09" + whole[-2:]]])
+        self.assertEqual(self.bridge.counters.malformed, 2)
+        self.assertEqual(origin_seqs(self.reader), [1])
+        self.bridge.received([self.pack((4, 3))])
+        self.assertEqual(self.repairs.started, [(KEY, 1)])
+        self.repair(2, 3)
+        self.assertEqual(origin_seqs(self.reader), [1, 2, 3, 4])
+
+    def test_otherVersionDropped(self) -> None:
+        """
+        A message of version 1 (a record per message, before packs) is
+        dropped, counted as malformed and as another version, and logged
+        saying so; the bridge goes on.
+        """
+        events = capture_log(self)
+        old = struct.pack(">2sBQQQ", b"MB", 1, 1, 0, 1_500_000)
+        old += b"".join(bytes((len(s),)) + s for s in (ORIGIN.encode(), b"", b"weather", b"", b""))
+        old += bytes((6,)) + b"temp.1"
+        self.bridge.received([[old, b"r1"]])
+        counters = self.bridge.counters
+        self.assertEqual((counters.malformed, counters.other_version), (1, 1))
+        self.assertEqual((counters.written, self.bridge.flows), (0, {}))
+        [said] = [formatEvent(e) for e in events if "another bridge protocol" in formatEvent(e)]
+        self.assertIn("version 1: this broker speaks version 2", said)
+        self.receive((1, 0))
+        self.assertEqual(origin_seqs(self.reader), [1])
 
     def beat(self, last: int, origin: str = ORIGIN) -> None:
         """A beat of the origin's bridge: C{last} is the last number it published."""

@@ -20,7 +20,14 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from malamute_pack.broker.broker import Broker, BrokerConfig
 from malamute_pack.journal import Journal, JournalConfig
 from malamute_pack.multicast import sockets
-from malamute_pack.multicast.publisher import STALLED, Publisher
+from malamute_pack.multicast.publisher import (
+    NORM_PACK_BYTES,
+    PACK_BYTES,
+    PACK_DELAY,
+    RETRY,
+    STALLED,
+    Publisher,
+)
 from malamute_pack.multicast.sessions import OutboundSession
 from malamute_pack.protocol import mlm, multicast
 from malamute_pack.protocol.multicast import Header
@@ -43,14 +50,20 @@ class Sent:
         return True
 
     def headers(self) -> list[Header]:
-        return [multicast.decode(frames)[0] for frames in self.messages]
+        """The header of every record sent, in order, whatever pack it was in."""
+        return [
+            header
+            for frames in self.messages
+            for header, _ in multicast.decode_pack(frames).headers()
+        ]
 
 
 class PublisherTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.sent = Sent()
+        self.clock = Clock()
         self.publisher = Publisher(
-            Clock(), self.sent, "origin-1", "tcp://10.0.0.1:9999", "weather", "temp.*"
+            self.clock, self.sent, "origin-1", "tcp://10.0.0.1:9999", "weather", "temp.*"
         )
 
     def test_record(self) -> None:
@@ -60,6 +73,7 @@ class PublisherTests(SynchronousTestCase):
         sender and subject) and its content frames, as they were.
         """
         self.assertTrue(self.publisher.publish(4, 1700000000.25, "station", "temp.x", [b"a", b""]))
+        self.clock.advance(0)  # the reactor's turn ends
         [(header, content)] = [multicast.decode(m) for m in self.sent.messages]
         self.assertEqual(
             header,
@@ -80,6 +94,7 @@ class PublisherTests(SynchronousTestCase):
         """
         for seq in (3, 4, 9):
             self.publisher.publish(seq, 1.0, "", "temp", [])
+        self.clock.advance(0)
         self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(3, 0), (4, 3), (9, 4)])
 
     def test_sentAlready(self) -> None:
@@ -87,6 +102,7 @@ class PublisherTests(SynchronousTestCase):
         self.publisher.publish(5, 1.0, "", "temp", [])
         self.assertTrue(self.publisher.publish(5, 1.0, "", "temp", []))
         self.assertTrue(self.publisher.publish(2, 1.0, "", "temp", []))
+        self.clock.advance(0)
         self.assertEqual(len(self.sent.messages), 1)
         self.assertEqual(self.publisher.counters.published, 1)
 
@@ -102,22 +118,43 @@ class PublisherTests(SynchronousTestCase):
         self.assertEqual(self.publisher.counters.unfit, 2)
         self.assertEqual(self.publisher.prev, 1)
         self.publisher.publish(4, 1.0, "", "temp", [])
+        self.clock.advance(0)
         self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(1, 0), (4, 1)])
 
     def test_full(self) -> None:
         """
-        When the socket cannot take a record, publish says so (False), counts
-        it and leaves the chain as it was: the record sent later names the
-        same predecessor.
+        When the socket cannot take a pack, the pack is kept (counted) and
+        publish says so (False) for the records after it, leaving the chain
+        as it was; once the socket takes the pack, the record refused is
+        taken, naming the same predecessor.
+        """
+        self.publisher.publish(1, 1.0, "", "temp", [])
+        self.clock.advance(0)
+        self.sent.full = True
+        self.assertTrue(self.publisher.publish(2, 1.0, "", "temp", []))
+        self.clock.advance(0)
+        self.assertFalse(self.publisher.publish(3, 1.0, "", "temp", []))
+        self.assertEqual((self.publisher.prev, self.publisher.counters.full), (2, 2))
+        self.sent.full = False
+        self.assertTrue(self.publisher.publish(3, 1.0, "", "temp", []))
+        self.clock.advance(0)
+        self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(1, 0), (2, 1), (3, 2)])
+        self.assertEqual(self.publisher.counters.published, 3)
+
+    def test_fullTriedAgain(self) -> None:
+        """
+        A pack the socket refused is tried again every RETRY seconds, with
+        no record coming to push it; it goes once the socket takes it.
         """
         self.publisher.publish(1, 1.0, "", "temp", [])
         self.sent.full = True
-        self.assertFalse(self.publisher.publish(2, 1.0, "", "temp", []))
-        self.assertEqual((self.publisher.prev, self.publisher.counters.full), (1, 1))
+        self.clock.advance(0)
+        self.clock.advance(RETRY)
+        self.assertEqual((self.sent.messages, self.publisher.counters.full), ([], 2))
         self.sent.full = False
-        self.assertTrue(self.publisher.publish(2, 1.0, "", "temp", []))
-        self.assertEqual([(h.seq, h.prev) for h in self.sent.headers()], [(1, 0), (2, 1)])
-        self.assertEqual(self.publisher.counters.published, 2)
+        self.clock.advance(RETRY)
+        self.assertEqual([h.seq for h in self.sent.headers()], [1])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_beatWhenIdle(self) -> None:
         """
@@ -128,6 +165,7 @@ class PublisherTests(SynchronousTestCase):
         self.publisher.tick()
         self.assertEqual(self.sent.messages, [])
         self.publisher.publish(3, 1.0, "", "temp", [b"a"])
+        self.clock.advance(0)
         self.publisher.tick()
         self.assertEqual(len(self.sent.messages), 1)
         self.publisher.tick()
@@ -139,28 +177,117 @@ class PublisherTests(SynchronousTestCase):
 
     def test_stalledSaid(self) -> None:
         """
-        A socket that refuses every record for STALLED seconds is logged as
+        A socket that refuses every pack for STALLED seconds is logged as
         an error once per period (NORM's stall in libzmq 4.3.4 is otherwise
-        silent); one that takes records again is not.
+        silent); one that takes packs again is not.
         """
         clock = Clock()
         publisher = Publisher(clock, self.sent, "o", "", "weather", ".*")
         errors = capture_log(self)
         self.sent.full = True
         publisher.publish(1, 1.0, "", "s", [])
+        clock.advance(0)
         clock.advance(STALLED - 1)
-        publisher.publish(1, 1.0, "", "s", [])
         self.assertEqual([e for e in errors if e["log_level"] == LogLevel.error], [])
         clock.advance(1)
-        publisher.publish(1, 1.0, "", "s", [])
         [said] = [e for e in errors if e["log_level"] == LogLevel.error]
         self.assertIn("has taken nothing for 10s", formatEvent(said))
         self.sent.full = False
-        publisher.publish(1, 1.0, "", "s", [])
+        clock.advance(RETRY)
         self.sent.full = True
-        clock.advance(STALLED)
         publisher.publish(2, 1.0, "", "s", [])
+        clock.advance(0)
+        clock.advance(STALLED - 1)
         self.assertEqual(len([e for e in errors if e["log_level"] == LogLevel.error]), 1)
+
+    def test_packedUntilTurnEnds(self) -> None:
+        """
+        Records taken in one reactor turn go out together, as one message
+        (a pack), when the turn ends: nothing before, nothing left after.
+        """
+        for seq in (1, 2, 3):
+            self.assertTrue(self.publisher.publish(seq, 1.0, "w", f"temp.{seq}", [b"%d" % seq]))
+        self.assertEqual(self.sent.messages, [])
+        self.clock.advance(0)
+        self.assertEqual(len(self.sent.messages), 1)
+        [message] = self.sent.messages
+        records = multicast.decode_pack(message).headers()
+        self.assertEqual([(h.seq, h.subject, c) for h, c in records], [
+            (1, "temp.1", [b"1"]), (2, "temp.2", [b"2"]), (3, "temp.3", [b"3"]),
+        ])  # fmt: skip
+        counters = self.publisher.counters
+        self.assertEqual((counters.published, counters.packs), (3, 1))
+        self.assertEqual(counters.bytes, len(message[0]))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_sizeBound(self) -> None:
+        """
+        A pack holds at most PACK_BYTES of records: the record that would
+        take it past sends it and starts the next; every record goes once,
+        in order, each naming the one before it.
+        """
+        for seq in range(1, 41):
+            self.publisher.publish(seq, 1.0, "w", "temp", [b"x" * 1000])
+        self.clock.advance(0)
+        self.assertGreater(len(self.sent.messages), 4)
+        source = multicast.encode_source("origin-1", "tcp://10.0.0.1:9999", "weather", "temp.*")
+        start = len(multicast.pack_start(source))
+        for [frame] in self.sent.messages:
+            self.assertLessEqual(len(frame) - start, PACK_BYTES)
+        self.assertEqual(
+            [(h.seq, h.prev) for h in self.sent.headers()], [(n, n - 1) for n in range(1, 41)]
+        )
+
+    def test_bigRecordAlone(self) -> None:
+        """A record larger than PACK_BYTES goes alone in its pack, whole."""
+        self.publisher.publish(1, 1.0, "w", "temp", [b"a"])
+        self.publisher.publish(2, 1.0, "w", "temp", [b"b" * (PACK_BYTES * 3)])
+        self.clock.advance(0)
+        self.assertEqual(
+            [len(multicast.decode_pack(m).records) for m in self.sent.messages], [1, 1]
+        )
+        self.assertEqual(self.sent.headers()[1].seq, 2)
+
+    def test_timeBound(self) -> None:
+        """
+        A record that comes PACK_DELAY or more after the pack's first sends
+        the pack, however long the reactor's turn: no record waits longer.
+        """
+        self.publisher.publish(1, 1.0, "w", "temp", [b"a"])
+        self.clock.rightNow += PACK_DELAY / 2  # the same turn: no timer runs
+        self.publisher.publish(2, 1.0, "w", "temp", [b"b"])
+        self.assertEqual(self.sent.messages, [])
+        self.clock.rightNow += PACK_DELAY / 2
+        self.publisher.publish(3, 1.0, "w", "temp", [b"c"])
+        self.assertEqual([[h.seq for h, _ in multicast.decode_pack(m).headers()]
+                          for m in self.sent.messages], [[1, 2]])  # fmt: skip
+        self.clock.advance(0)
+        self.assertEqual([h.seq for h in self.sent.headers()], [1, 2, 3])
+
+    def test_closeSends(self) -> None:
+        """Closing sends what is packed and leaves no timer behind."""
+        self.publisher.publish(1, 1.0, "w", "temp", [b"a"])
+        self.publisher.close()
+        self.assertEqual([h.seq for h in self.sent.headers()], [1])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_normPacksSmall(self) -> None:
+        """
+        A publisher on a NORM group packs at most NORM_PACK_BYTES (libzmq
+        4.3.4's NORM stalled with packs of 8 KiB); on others, PACK_BYTES.
+        """
+        self.assertEqual(sockets.pack_bytes("norm://eth0;239.192.1.1:5555"), NORM_PACK_BYTES)
+        self.assertEqual(sockets.pack_bytes("epgm://eth0;239.192.1.1:5555"), PACK_BYTES)
+        self.assertEqual(sockets.pack_bytes("tcp://127.0.0.1:5555"), PACK_BYTES)
+        publisher = Publisher(self.clock, self.sent, "o", "", "s", ".*", NORM_PACK_BYTES)
+        for seq in range(1, 21):
+            publisher.publish(seq, 1.0, "w", "temp", [b"x" * 200])
+        self.clock.advance(0)
+        source = multicast.encode_source("o", "", "s", ".*")
+        start = len(multicast.pack_start(source))
+        self.assertGreater(len(self.sent.messages), 4)
+        for [frame] in self.sent.messages:
+            self.assertLessEqual(len(frame) - start, NORM_PACK_BYTES)
 
     def test_nameTooLong(self) -> None:
         """A stream or pattern no header could carry is refused when the publisher is made."""
@@ -271,6 +398,12 @@ class BackpressureTests(BridgeTestCase):
 
     def url(self) -> str:
         return f"inproc://bridge-{id(self)}"
+
+    def write(self, *subjects: str) -> None:
+        """Records of half a pack each: the queue fills with packs of two."""
+        for subject in subjects:
+            content = [subject.encode(), b"x" * (PACK_BYTES // 2)]
+            self.broker.receive(self.writer, mlm.StreamSend(subject, content))
 
     async def test_fallBehindAndCatchUp(self) -> None:
         """

@@ -56,3 +56,17 @@ class ProcessSettingTests(SynchronousTestCase):
         with self.assertRaises(RuntimeError):
             self.setting.release()
         self.assertEqual(self.writes, [])
+
+    def test_applyWhileHeld(self) -> None:
+        """A holder can apply another value while it holds; letting go still restores."""
+        self.setting.hold("held")
+        self.setting.apply("busy")
+        self.assertEqual(self.value, "busy")
+        self.setting.release()
+        self.assertEqual(self.value, "found")
+
+    def test_applyUnheldRefused(self) -> None:
+        """Applying a setting nobody holds is a bug, and says so; nothing is written."""
+        with self.assertRaises(RuntimeError):
+            self.setting.apply("busy")
+        self.assertEqual(self.writes, [])

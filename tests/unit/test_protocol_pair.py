@@ -48,6 +48,7 @@ from malamute_pack.protocol.pair import (
     StreamDeleted,
 )
 from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
+from malamute_pack.protocol.rowblock import encode_rows
 
 U64_MAX = 2**64 - 1
 
@@ -371,14 +372,17 @@ class LayoutTests(SynchronousTestCase):
             self.assertEqual(head[3], commands[type(message)])
 
     def test_version(self) -> None:
-        """This codec is version 2 of the link (version 1 had no owners, deletes, retention)."""
-        self.assertEqual(VERSION, 2)
+        """
+        This codec is version 3 of the link (version 1 had no owners,
+        deletes, retention; version 2 carried an append's rows a frame each).
+        """
+        self.assertEqual(VERSION, 3)
 
     def test_catchupEndBytes(self) -> None:
-        """CATCHUP_END is MP, version 2, 6, link and position as big-endian u64s."""
+        """CATCHUP_END is MP, version 3, 6, link and position as big-endian u64s."""
         self.assertEqual(
             pair.encode(CatchupEnd(1, 0x0102)),
-            [b"MP\x02\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
+            [b"MP\x03\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
         )
 
     def test_catchupBeginFirstsLast(self) -> None:
@@ -424,7 +428,7 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(
             pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True)),
             [
-                b"MP\x02\x01"
+                b"MP\x03\x01"
                 + bytes.fromhex("00000001 70  00000002 c3a9  01  00000000  00000001 65")
                 + bytes.fromhex("0000000000000002 01")
             ],
@@ -623,18 +627,20 @@ class MalformedTests(SynchronousTestCase):
     def test_version1Refused(self) -> None:
         """
         Every message of a version 1 broker (before owners, deletes,
-        retention and security travelled) is refused, the line naming
-        both versions and what to do: pairing mixed versions is refused.
+        retention and security travelled) or a version 2 one (an append's
+        rows a frame each) is refused, the line naming both versions and
+        what to do: pairing mixed versions is refused.
         """
         for message in MESSAGES:
             frames = pair.encode(message)
-            with self.assertRaises(MalformedPairMessage) as caught:
-                pair.decode([frames[0][:2] + b"\x01" + frames[0][3:], *frames[1:]])
-            self.assertEqual(
-                str(caught.exception),
-                "the partner speaks pair link version 1, this broker 2:"
-                " run the same malamute_pack on both",
-            )
+            for old in (1, 2):
+                with self.assertRaises(MalformedPairMessage) as caught:
+                    pair.decode([frames[0][:2] + bytes((old,)) + frames[0][3:], *frames[1:]])
+                self.assertEqual(
+                    str(caught.exception),
+                    f"the partner speaks pair link version {old}, this broker 3:"
+                    " run the same malamute_pack on both",
+                )
 
     def test_shortHeader(self) -> None:
         """A header too short for a signature and command is malformed."""
@@ -758,14 +764,18 @@ class MalformedTests(SynchronousTestCase):
         self.assertChangeMalformed(rules[:at] + huge)
 
     def test_appendedHoldsOnlyRows(self) -> None:
-        """An append whose inner record is not a row (wrong kind byte) is malformed."""
+        """
+        An append whose records are not a whole block of rows is malformed:
+        more rows counted than the block holds, or an empty block's text
+        column claiming a value.
+        """
         frame = pair.encode_change(Appended([ROW], KEY, []))
-        row = pair.encode_change(ROW)
-        at = frame.index(row)
-        self.assertChangeMalformed(frame[:at] + b"D" + frame[at + 1 :])
-        # An empty inner record has no kind byte at all.
+        block = encode_rows([ROW])
+        at = len(frame) - len(block)
+        self.assertEqual(frame[at:], block)
+        self.assertChangeMalformed(frame[:at] + struct.pack(">I", 2) + block[4:])
         empty = pair.encode_change(Appended([], KEY, []))
-        self.assertChangeMalformed(empty[:-4] + struct.pack(">I", 1) + struct.pack(">I", 0))
+        self.assertChangeMalformed(empty[:-4] + struct.pack(">I", 1))
 
     def test_rowSizeDisagrees(self) -> None:
         """A row whose size field is not its content's length is malformed, alone or appended."""
