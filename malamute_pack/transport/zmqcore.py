@@ -73,9 +73,8 @@ def _recv_routed(sock: Socket) -> list[bytes]:
             return frames
 
 
-def pure_recv_batch(sock: Socket, limit: int) -> Messages:
-    """Up to C{limit} whole messages waiting on C{sock}, through pyzmq."""
-    receive = _recv_routed if sock.type == zmq.ROUTER else _recv_multipart
+def _batch(sock: Socket, limit: int, receive: Callable[[Socket], list[bytes]]) -> Messages:
+    """Up to C{limit} messages C{receive} reads, until none waits."""
     batch: Messages = []
     try:
         for _ in range(limit):
@@ -86,6 +85,11 @@ def pure_recv_batch(sock: Socket, limit: int) -> Messages:
         if not batch:
             raise
     return batch
+
+
+def pure_recv_batch(sock: Socket, limit: int) -> Messages:
+    """Up to C{limit} whole messages waiting on C{sock}, through pyzmq."""
+    return _batch(sock, limit, _recv_routed if sock.type == zmq.ROUTER else _recv_multipart)
 
 
 def _recv_identified(sock: Socket) -> list[bytes]:
@@ -108,16 +112,7 @@ def _recv_identified(sock: Socket) -> list[bytes]:
 
 def pure_recv_identified_batch(sock: Socket, limit: int) -> Messages:
     """As L{pure_recv_batch} on a ROUTER, each message preceded by its connection's user."""
-    batch: Messages = []
-    try:
-        for _ in range(limit):
-            batch.append(_recv_identified(sock))
-    except zmq.Again:
-        pass
-    except zmq.ZMQError:
-        if not batch:
-            raise
-    return batch
+    return _batch(sock, limit, _recv_identified)
 
 
 def pure_send_message(sock: Socket, first: bytes, rest: Sequence[bytes]) -> None:
