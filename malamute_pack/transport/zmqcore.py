@@ -9,7 +9,9 @@ package is installed on a machine with a C compiler and libzmq's headers)
 takes one call per batch or per message. The pure twin here does the same
 through pyzmq and is used when the compiled one is absent or
 C{MALAMUTE_PURE} is set in the environment (to any value but empty or
-C{0}); L{BUILD} says which, and why, for the broker's start-up log.
+C{0}), and when the compiled core's libzmq is not pyzmq's (a pyzmq
+wheel bundles its own: L{shares_pyzmq_sockets}); L{BUILD} says which, and
+why, for the broker's start-up log.
 
 Both behave the same: L{recv_batch} returns up to C{limit} messages (none
 when none waits), raising any error but EAGAIN unless messages came
@@ -135,6 +137,26 @@ RecvBatch = Callable[[Socket, int], Messages]
 SendMessage = Callable[[Socket, bytes, Sequence[bytes]], None]
 
 
+def shares_pyzmq_sockets(core_recv_batch: RecvBatch) -> bool:
+    """
+    Whether a compiled core can work on pyzmq's sockets: it must call the
+    libzmq pyzmq calls. pyzmq from PyPI's binary wheel bundles a libzmq of
+    its own, and the core, linked against the system's, would find every
+    socket foreign (ENOTSOCK). Asked once, of a socket of a context with
+    no I/O thread.
+    """
+    context: zmq.Context[Socket] = zmq.Context(io_threads=0)
+    sock = context.socket(zmq.PAIR)
+    try:
+        core_recv_batch(sock, 1)
+    except zmq.ZMQError:
+        return False
+    finally:
+        sock.close(0)
+        context.term()
+    return True
+
+
 def _choose() -> tuple[RecvBatch, RecvBatch, SendMessage, str]:
     """The core to use, and the start-up log's words for it."""
     pure = pure_recv_batch, pure_recv_identified_batch, pure_send_message
@@ -144,6 +166,11 @@ def _choose() -> tuple[RecvBatch, RecvBatch, SendMessage, str]:
         from malamute_pack.transport import _zmqcore
     except ImportError as e:
         return *pure, f"pure Python (no compiled core: {e})"
+    if not shares_pyzmq_sockets(_zmqcore.recv_batch):
+        return *pure, (
+            "pure Python (the compiled core's libzmq is not pyzmq's: pyzmq from a "
+            "binary wheel bundles its own; install it with --no-binary pyzmq)"
+        )
     core = _zmqcore.recv_batch, _zmqcore.recv_identified_batch, _zmqcore.send_message
     return *core, "compiled"
 

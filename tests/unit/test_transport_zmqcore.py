@@ -229,6 +229,15 @@ class BuildTests(SynchronousTestCase):
         self.assertFalse(zmqcore._wanted_pure({PURE_VARIABLE: ""}))
         self.assertFalse(zmqcore._wanted_pure({}))
 
+    def test_sharesPyzmqSockets(self) -> None:
+        """
+        The compiled core built here works on pyzmq's sockets (both use
+        Debian's libzmq), and so does the pure one, trivially.
+        """
+        self.assertTrue(zmqcore.shares_pyzmq_sockets(pure_recv_batch))
+        self.assertIsNotNone(_zmqcore, "the compiled core is not built: see scripts/bootstrap")
+        self.assertTrue(zmqcore.shares_pyzmq_sockets(_zmqcore.recv_batch))
+
     def test_inUse(self) -> None:
         """
         The core in use is the one asked for: pure with C{MALAMUTE_PURE},
