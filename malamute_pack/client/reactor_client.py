@@ -183,7 +183,8 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
             the credentials or requires some and none were given (its
             L{WrongServerKeyError} if it broke off the CURVE handshakes),
             L{BadEndpointError} if ZeroMQ refuses the endpoint, ValueError
-            for options that are not valid.
+            for options that are not valid. Cancelling it closes the
+            client at once (CancelledError).
         """
         try:
             resolved = resolve_options(options, address, overrides)
@@ -209,9 +210,17 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
             context=context,
             monitor=monitor,
         )
-        d: Deferred[MalamuteClient] = Deferred()
+
+        def cancel(_: Deferred[MalamuteClient]) -> None:
+            # Given up before the broker answered: the half-open client goes
+            # at once (its socket, its timer), not at its connect timeout.
+            client._shutdown()
+
+        d: Deferred[MalamuteClient] = Deferred(cancel)
 
         def opened(error: ClientError | None) -> None:
+            if d.called:  # cancelled
+                return
             if error is None:
                 d.callback(client)
             else:

@@ -17,6 +17,7 @@ Tests: ``tests/unit/test_multicast_inbound.py`` (against a broker on real socket
 from __future__ import annotations
 
 import zmq
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorFDSet, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -45,6 +46,7 @@ class _Repair:
         self.flow = flow
         self.bridge = bridge
         self.client: MalamuteClient | None = None
+        self.connecting: Deferred[MalamuteClient] | None = None  # until it connects
         self.watchdog: IDelayedCall | None = None
         self.poll: IDelayedCall | None = None
         self.taken = 0  # records written since credit was last granted
@@ -80,7 +82,7 @@ class TcpRepairs:
         repair = self._repairs[flow] = _Repair(flow, bridge)
         self.started += 1
         self._arm(repair)
-        MalamuteClient.connect(
+        repair.connecting = MalamuteClient.connect(
             self._reactor,
             flow.endpoint,
             options=self._options,
@@ -88,7 +90,10 @@ class TcpRepairs:
             context=self._context,
             on_delivery=lambda delivery: self._delivered(repair, delivery),
             on_gap=lambda gap: self._gap(repair, gap),
-        ).addCallbacks(self._connected, self._failed, callbackArgs=(repair,), errbackArgs=(repair,))
+        )
+        repair.connecting.addCallbacks(
+            self._connected, self._failed, callbackArgs=(repair,), errbackArgs=(repair,)
+        )
 
     def stop(self, flow: Flow) -> None:
         repair = self._repairs.pop(flow, None)
@@ -100,8 +105,11 @@ class TcpRepairs:
                 call.cancel()
         if repair.client is not None:
             repair.client.close().addErrback(lambda failure: None)
+        elif repair.connecting is not None:
+            repair.connecting.cancel()  # a client still connecting leaves now
 
     def _connected(self, client: MalamuteClient, repair: _Repair) -> None:
+        repair.connecting = None
         if repair.stopped:
             client.close().addErrback(lambda failure: None)
             return

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 import zmq
 from twisted.application.service import MultiService
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
@@ -164,6 +164,20 @@ class ConnectTests(ClientTestCase):
             ),
             BrokerUnreachableError,
         )
+
+    async def test_connectCancelled(self) -> None:
+        """
+        connect() cancelled before the broker answered fails with
+        CancelledError, and the half-open client is gone at once: no timer
+        left for its 30 s timeout (trial would find it), and its socket closed.
+        """
+        await self.stop_broker()
+        connecting = MalamuteClient.connect(
+            _reactor, self.endpoint, timeout=30.0, heartbeat=0.1, context=self.context
+        )
+        await deferLater(_clock, 0.05)
+        connecting.cancel()
+        await self.assertFailure(connecting, CancelledError)
 
     async def test_badEndpoint(self) -> None:
         """An endpoint ZeroMQ cannot parse fails connect() with BadEndpointError."""
