@@ -12,9 +12,9 @@ otherwise they are found by a loop that only adds lengths. Everything else
 is gathered column by column with numpy: the numbers as big-endian
 integers, the strings and frames as Arrow buffers. Records of more than
 one frame, and field-style subjects (parsed once per distinct subject),
-take a slower path for that column only. The batch is the one
-L{malamute_pack.spark.schema.chunk_batch} makes of the decoded chunk, value
-for value; a malformed chunk raises MalformedMessage as
+take a slower path for that column only. The batch is the one the plain
+reference in the tests (``tests/spark_reference.py``) makes of the decoded
+chunk, value for value; a malformed chunk raises MalformedMessage as
 L{malamute_pack.protocol.chunks.decode_chunk} does.
 
 Tests: ``tests/system/test_spark_chunk_arrow.py``.

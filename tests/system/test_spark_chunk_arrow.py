@@ -2,7 +2,7 @@
 Tests for L{malamute_pack.spark.chunk_arrow}: a STREAM_CHUNK's bytes made
 the source's record batch with numpy, the same batch as the row-by-row
 decoding (L{malamute_pack.protocol.chunks.decode_chunk} then
-L{malamute_pack.spark.schema.chunk_batch}) makes, and malformed chunks
+L{tests.spark_reference.chunk_batch}) makes, and malformed chunks
 refused alike.
 """
 
@@ -17,7 +17,8 @@ from malamute_pack.protocol import chunks
 from malamute_pack.protocol.chunks import ChunkRow
 from malamute_pack.protocol.mlm import MalformedMessage
 from malamute_pack.spark.chunk_arrow import chunk_record_batch
-from malamute_pack.spark.schema import ARROW_SCHEMA, chunk_batch
+from malamute_pack.spark.schema import ARROW_SCHEMA
+from tests.spark_reference import chunk_batch
 
 texts = st.sampled_from(["", "w", "ann", "a.b", "a=1;b", "k=1;k=2", "é=ü", "x;", "t" * 255])
 frame_lists = st.lists(st.binary(max_size=12), max_size=3)

@@ -59,7 +59,7 @@ from malamute_pack.spark.reading import (
     read_partition,
     report_gap,
 )
-from malamute_pack.spark.schema import ARROW_SCHEMA, chunk_batch
+from malamute_pack.spark.schema import ARROW_SCHEMA
 from malamute_pack.spark.streaming import MalamuteStreamReader, end_offset
 from malamute_pack.spark.writer import (
     Columns,
@@ -68,6 +68,7 @@ from malamute_pack.spark.writer import (
     group_appends,
     record_size,
 )
+from tests.spark_reference import chunk_batch
 
 _NAMES = st.sampled_from(["a", "b", " a ", "", "c d"])
 _VALUES = st.sampled_from(["1", " 2 ", "", "x=y", "="])
