@@ -33,6 +33,13 @@ Tables:
 - ``stream_appends``: the key of every idempotent append (STREAM_APPEND,
   ``docs/protocol.md``) the broker still remembers, with the sequence
   numbers its records got, written in the same transaction as they are.
+- ``stream_consumers``: the position of each durable named reader and
+  consumer group (kind ``reader`` or ``group``) on a stream: every record up
+  to ``seq`` acknowledged, a group's acknowledgements past it in ``acked``
+  (a roaring bitmap), and when it was last used (``updated``).
+- ``stream_last_values``: for a last-value stream (``streams.compact`` is
+  ``subject``), the sequence number of the latest record of each subject;
+  retention never removes those records.
 - ``pair_state``: named values of a broker in a primary/backup pair
   (:mod:`malamute_pack.pair`): the epoch this journal follows or leads,
   its leader, and where the last takeover began (JSON).
@@ -180,6 +187,40 @@ def _add_pair_state(db: Database) -> None:
     )
 
 
+def _add_stream_consumers(db: Database) -> None:
+    # The positions of the consumers the broker remembers (durable named
+    # readers and consumer groups, docs/protocol.md): every record up to
+    # ``seq`` acknowledged, and a group's records acknowledged past it in
+    # ``acked`` (a serialized roaring bitmap of sequence numbers, empty for
+    # a reader). Written by the journal's writer in the order of writes.
+    db.table("stream_consumers").create(
+        {
+            "stream": str,
+            "kind": str,
+            "name": str,
+            "seq": int,
+            "acked": bytes,
+            "updated": float,
+        },
+        pk=("stream", "kind", "name"),
+        not_null={"stream", "kind", "name", "seq", "acked", "updated"},
+        strict=True,
+    )
+
+
+def _add_stream_last_values(db: Database) -> None:
+    # A last-value stream's latest record of each subject (docs/protocol.md),
+    # kept by the writer in the transaction that writes the record; the
+    # ``compact`` column of ``streams`` says whether it is kept for a stream.
+    db.table("stream_last_values").create(
+        {"stream": str, "subject": str, "seq": int},
+        pk=("stream", "subject"),
+        not_null={"stream", "subject", "seq"},
+        strict=True,
+    )
+    db.table("streams").add_column("compact", str, not_null_default="")
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
@@ -188,6 +229,8 @@ MIGRATIONS: Final[Sequence[Migration]] = (
     _add_queued_relay,
     _add_stream_appends,
     _add_pair_state,
+    _add_stream_consumers,
+    _add_stream_last_values,
 )
 
 

@@ -259,8 +259,11 @@ class StreamCancel(Message):
 # Protocol version 2 (docs/protocol.md): only a client that opened with
 # version 2 sends or receives these.
 
-# STREAM_READ_FROM's whence: where reading starts.
-LATEST, EARLIEST, SEQUENCE, TIME = 0, 1, 2, 3
+# STREAM_READ_FROM's and STREAM_CONSUME's whence: where reading starts.
+# LAST_VALUES (a last-value stream's snapshot, then live) and RESUME (a
+# durable consumer's acknowledged position) are docs/protocol.md's
+# "Consumers the broker remembers".
+LATEST, EARLIEST, SEQUENCE, TIME, LAST_VALUES, RESUME = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(slots=True)
@@ -464,6 +467,54 @@ class StreamAppended(Message):
 ALREADY_WRITTEN: Final = 208
 
 
+# Consumers the broker remembers (version 2, docs/protocol.md): durable
+# named readers and consumer groups, whose positions the journal keeps.
+
+
+@dataclass(slots=True)
+class StreamConsume(Message):
+    ID: ClassVar[int] = 33
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("pattern", _STRING),
+        ("consumer", _STRING),
+        ("group", _STRING),
+        ("whence", _NUMBER2),
+        ("position", _NUMBER8),
+    )
+    stream: str = ""
+    pattern: str = ""
+    consumer: str = ""
+    group: str = ""
+    whence: int = RESUME
+    position: int = 0
+
+
+@dataclass(slots=True)
+class StreamCommit(Message):
+    ID: ClassVar[int] = 34
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("sequence", _NUMBER8),
+    )
+    stream: str = ""
+    sequence: int = 0
+
+
+@dataclass(slots=True)
+class StreamCommitted(Message):
+    ID: ClassVar[int] = 35
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("address", _STRING),
+        ("sequence", _NUMBER8),
+        *_STATUS,
+    )
+    address: str = ""
+    sequence: int = 0
+    status_code: int = SUCCESS
+    status_reason: str = ""
+
+
 MESSAGE_TYPES: Final[dict[int, type[Message]]] = {
     cls.ID: cls
     for cls in (
@@ -499,6 +550,9 @@ MESSAGE_TYPES: Final[dict[int, type[Message]]] = {
         StreamEnd,
         StreamAppend,
         StreamAppended,
+        StreamConsume,
+        StreamCommit,
+        StreamCommitted,
     )
 }
 
@@ -536,6 +590,9 @@ MESSAGE_NAMES: Final[dict[int, str]] = {
     30: "STREAM_END",
     31: "STREAM_APPEND",
     32: "STREAM_APPENDED",
+    33: "STREAM_CONSUME",
+    34: "STREAM_COMMIT",
+    35: "STREAM_COMMITTED",
 }
 
 # The one engine compiles each message's encoder and decoders from its

@@ -120,8 +120,8 @@ class MalformedTests(SynchronousTestCase):
         self.assertMalformed([b"\xaa\xa1\x02"], "signature")
 
     def test_unknownId(self) -> None:
-        """An id outside 1-32 is malformed."""
-        self.assertMalformed([b"\xaa\xa8\x21"], "unknown message id 33")
+        """An id outside 1-35 is malformed."""
+        self.assertMalformed([b"\xaa\xa8\x24"], "unknown message id 36")
         self.assertMalformed([b"\xaa\xa8\x00"], "unknown message id 0")
 
     def test_stringPastEnd(self) -> None:
