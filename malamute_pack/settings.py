@@ -23,7 +23,8 @@ journal's: ``malamute/journal/enabled`` (1 or 0),
 ``malamute/journal/crash-skip``, and
 retention ``malamute/journal/retention/max-count``, ``.../max-age`` (s),
 ``.../max-bytes``, also per stream under
-``malamute/journal/streams/<stream>/max-count`` (and so on); the pack's
+``malamute/journal/streams/<stream>/max-count`` (and so on), and the
+last-value streams, ``malamute/streams/<stream>/compact = subject``; the pack's
 (``docs/pack.md``): ``malamute/pack/name``, ``malamute/pack/beacon`` (an
 interface name or address), ``malamute/pack/beacon-port``,
 ``malamute/pack/beacon-interval``, ``malamute/pack/evasive`` and

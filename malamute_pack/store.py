@@ -19,7 +19,7 @@ from typing import Protocol
 from twisted.internet.defer import Deferred
 
 from malamute_pack.protocol.chunks import ChunkRow
-from malamute_pack.protocol.records import QueuedRecord, StreamRecord
+from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, StreamRecord
 
 
 class StoreError(Exception):
@@ -70,6 +70,15 @@ class Store(Protocol):
     def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
         """The first sequence number with a timestamp at or after C{t}."""
 
+    def compacted(self, stream: str) -> bool:
+        """Whether C{stream} is a last-value stream (keeps each subject's latest record)."""
+
+    def read_last_values(self, stream: str) -> Deferred[list[StreamRecord]]:
+        """
+        A last-value stream's latest record of each subject as of its last
+        sequence number now (C{last_seq}), in sequence order.
+        """
+
     def durable_seq(self, stream: str) -> int:
         """The last sequence number whose record is committed (0 for none)."""
 
@@ -119,3 +128,11 @@ class Store(Protocol):
 
     def remove_queued(self, record_id: int) -> None:
         """Forget a letter that is done with."""
+
+    def save_consumer(
+        self, position: ConsumerPosition, on_durable: DurableCallback | None = None
+    ) -> None:
+        """Keep a consumer's position; C{on_durable} once committed (or failed)."""
+
+    def forget_consumer(self, position: ConsumerPosition) -> None:
+        """Delete the position of C{position}'s consumer."""

@@ -238,7 +238,11 @@ def makeBrokerService(
         Journal(
             settings.journal_path,
             clock,
-            settings.journal_config,
+            # The limit on last values is the broker's (malamute/limits/...).
+            dataclasses.replace(
+                settings.journal_config,
+                last_value_subjects=settings.limits.last_value_subjects,
+            ),
             marker=settings.data_dir / JOURNAL_MARKER,
         )
         if settings.journal
@@ -458,6 +462,7 @@ def _restore(broker: Broker, found: Recovered) -> None:
     # client names one.
     broker.streams.restore(found.streams)
     broker.streams.appends.restore(found.appends)
+    broker.consumers.restore(found.consumers)
     if broker.access is not None:
         broker.access.owners.load(found.owners)
         count = len(found.owners)

@@ -56,6 +56,7 @@ class BrokerHarness:
         if journal_at is not None:
             self.broker.restore(self.recovered.queued)
             self.broker.streams.appends.restore(self.recovered.appends)
+            self.broker.consumers.restore(self.recovered.consumers)
         self.broker.start()
 
     def _record(self, route: bytes, frames: Sequence[bytes]) -> bool:

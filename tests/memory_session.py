@@ -133,3 +133,6 @@ class InMemorySession:
         self, stream: str, key: str, first: int, last: int, code: int, reason: str
     ) -> None:
         self.said.append(Said("appended", (stream, key, first, last, code)))
+
+    def committed(self, stream: str, sequence: int, code: int, reason: str) -> None:
+        self.said.append(Said("committed", (stream, sequence, code, reason)))

@@ -58,9 +58,13 @@ SCHEMA: dict[str, set[str]] = {
         "last_seq",
         "retained_records",
         "retained_bytes",
+        "compact",
+        "last_values",
+        "last_values_not_kept",
     },
     "mailboxes": {"address", "depth", "bytes", "oldest_s", "connected"},
     "services": {"name", "depth", "bytes", "oldest_s", "workers", "offers"},
+    "consumers": {"stream", "name", "kind", "position", "last", "lag", "idle_s", "connected"},
     "journal": {
         "enabled",
         "path",
@@ -101,6 +105,7 @@ RATES = {"stream_messages", "stream_deliveries", "mailbox_messages", "service_re
 WRITER = b"writer"
 READER = b"reader"
 OWNER = b"inbox-owner"
+CONSUMER = b"consumer"
 
 
 def busy_broker(
@@ -111,7 +116,8 @@ def busy_broker(
     three messages to the stream C{weather}, a reader of it, two letters
     waiting in the mailbox C{inbox} (its owner gone) and one request
     queued for the service C{echo} (no worker); journaled at C{journal_at}
-    if given.
+    if given, with the consumer C{billing} of C{weather} (gone, its position
+    2 remembered).
     """
     harness = BrokerHarness(journal_at=journal_at)
     case.addCleanup(harness.close)
@@ -128,5 +134,11 @@ def busy_broker(
     harness.send(WRITER, mlm.ServiceSend("echo", "ping", "", 0, [b"p"]))
     harness.take(WRITER)
     harness.take(READER)
+    if journal_at is not None:
+        harness.open(CONSUMER, "", version=2)
+        harness.command(CONSUMER, mlm.StreamConsume("weather", "", "billing"))
+        harness.command(CONSUMER, mlm.StreamCommit("weather", 2))
+        harness.send(CONSUMER, mlm.ConnectionClose())
+        harness.take(CONSUMER)
     statistics = Statistics(harness.clock, harness.broker, harness.journal, Settings())
     return harness, statistics

@@ -14,6 +14,7 @@ running) and measures it with load from separate processes.
 - C{floor} (command C{floor}): the round trip of this machine with no broker logic.
 - C{ops} (command C{ops}): what statistics and the management API cost.
 - C{bruteforce} (command C{bruteforce}): a PLAIN password brute force and its cost.
+- C{lastvalues} (command C{lastvalues}): the time to read a last-value stream's snapshot.
 - C{spark} (command C{spark}): Spark reading a stream (needs the ``spark`` extra).
 - C{pack} (command C{pack}): the pack's figures on network namespaces (package).
 - C{pair} (command C{pair}): a primary/backup pair's figures (package).

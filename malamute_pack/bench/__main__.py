@@ -81,6 +81,10 @@ passwords against a broker of ours while the right user logs in from the
 same address, and measures the broker's CPU: see
 L{malamute_pack.bench.bruteforce}.
 
+``python -m malamute_pack.bench lastvalues ...`` measures how long a
+last-value stream's snapshot of 100,000 subjects takes to reach a client:
+see L{malamute_pack.bench.lastvalues}.
+
 ``python -m malamute_pack.bench spark ...`` measures how fast Spark reads
 a broker's stream through the ``malamute`` data source, and the ticker
 plant's latency (PySpark needed: the ``spark`` extra): see
@@ -100,7 +104,7 @@ from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 from pathlib import Path
 
-from malamute_pack.bench import bruteforce, floor, pack, scale
+from malamute_pack.bench import bruteforce, floor, lastvalues, pack, scale
 from malamute_pack.bench import multicast as multicast_bench
 from malamute_pack.bench import ops as ops_bench
 from malamute_pack.bench import pair as pair_bench
@@ -296,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return floor.main(arguments[1:])
     if arguments[:1] == ["bruteforce"]:
         return bruteforce.main(arguments[1:])
+    if arguments[:1] == ["lastvalues"]:
+        return lastvalues.main(arguments[1:])
     if arguments[:1] == ["spark"]:
         # Imported only here: PySpark is an optional extra (malamute_pack[spark]).
         from malamute_pack.bench import spark as spark_bench

@@ -193,6 +193,8 @@ class Role:
     @ivar version: the protocol version it opens with.
     @ivar done: whether it answers each counted record (a MAILBOX_RECORD or
         SERVICE_RECORD) with DONE(id, 200).
+    @ivar commit_every: a consumer's (STREAM_CONSUME): it commits every
+        this many STREAM_RECORDs counted, and the last one; 0 for none.
     """
 
     name: str
@@ -203,6 +205,7 @@ class Role:
     counts: int = 0
     version: int = 1
     done: bool = False
+    commit_every: int = 0
 
 
 def blast(link: Link, role: Role, job: Job) -> Report:
@@ -271,8 +274,10 @@ def count(link: Link, role: Role, job: Job) -> Report:
     records = (mlm.MailboxRecord, mlm.ServiceRecord)
     done_header = mlm.header_encoder(mlm.Done)
     success = mlm.SUCCESS
+    commit_every = role.commit_every
     received = 0
     last = None
+    last_frames: list[bytes] | None = None
     quiet_since = monotonic()
     while received < job.n:
         try:
@@ -289,9 +294,24 @@ def count(link: Link, role: Role, job: Job) -> Report:
                 send(done_header(record.id, success, ""))
             received += 1
             last = monotonic()
+            if commit_every:
+                last_frames = frames
+                if not received % commit_every:
+                    _commit(link, frames)
+                    last_frames = None
             if not received & 0x3FF:
                 link.keepalive()
+    if last_frames is not None:
+        _commit(link, last_frames)
     return Report(received=received, last_receipt=last)
+
+
+def _commit(link: Link, frames: list[bytes]) -> None:
+    """Commit the STREAM_RECORD C{frames} and those before it; the answer is not awaited."""
+    record = mlm.decode(frames)
+    if not isinstance(record, mlm.StreamRecord):
+        raise LoadError(f"a consumer commits stream records, not {record}")
+    link.socket.send_multipart(mlm.encode(mlm.StreamCommit(record.address, record.sequence)))
 
 
 def serve(link: Link, role: Role, job: Job) -> Report:

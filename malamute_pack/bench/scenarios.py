@@ -96,6 +96,8 @@ class Scenario:
         the extras, if not empty.
     @ivar extension: why another broker (the C broker) cannot play it: it
         needs an extension of ours; empty if any broker can.
+    @ivar shared: its counting roles share the messages (a consumer
+        group's members): C{n} deliveries in all, not C{n} each.
     """
 
     name: str
@@ -106,6 +108,7 @@ class Scenario:
     acknowledged: bool = False
     keys: tuple[str, ...] = ()
     extension: str = ""
+    shared: bool = False
 
     def shown(self) -> tuple[str, ...]:
         """The figures its line shows after the scenario's name, broker and journal."""
@@ -128,6 +131,48 @@ def _stream_scenario(name: str, readers: int, default_n: int, extras: tuple[str,
     )
     writer = _sender("writer", (mlm.StreamWrite(STREAM),), mlm.StreamSend(SUBJECT, [PAYLOAD]))
     return Scenario(name, (*reader_roles, writer), default_n, extras, JournalUse.COMPARED)
+
+
+_CONSUMERS = "needs protocol version 2 (durable consumers), an extension of ours"
+# A consumer commits this often (records), as a client library would.
+COMMIT_EVERY = 1000
+
+
+def _consumer_scenario(name: str, members: int, group: str) -> Scenario:
+    """
+    Stream 1:1 read by a version 2 reader (C{members} 0), a durable consumer
+    (C{group} empty), or a consumer group's C{members}; consumers commit
+    every L{COMMIT_EVERY} records.
+    """
+    if members == 0:
+        setups: list[mlm.Message] = [mlm.StreamReadFrom(STREAM, "", mlm.LATEST, 0)]
+    else:
+        setups = [
+            mlm.StreamConsume(STREAM, "", f"bench-{i}", group, mlm.LATEST, 0)
+            for i in range(members)
+        ]
+    readers = tuple(
+        load.Role(
+            f"reader-{i}",
+            load.count,
+            setup=(setup,),
+            counts=mlm.StreamRecord.ID,
+            version=2,
+            commit_every=COMMIT_EVERY if members else 0,
+        )
+        for i, setup in enumerate(setups)
+    )
+    writer = _sender("writer", (mlm.StreamWrite(STREAM),), mlm.StreamSend(SUBJECT, [PAYLOAD]))
+    extras = ("delivered_per_s",)
+    return Scenario(
+        name,
+        (*readers, writer),
+        300_000,
+        extras,
+        JournalUse.REQUIRED,
+        extension=_CONSUMERS,
+        shared=bool(group),
+    )
 
 
 def _latency_scenario() -> Scenario:
@@ -202,6 +247,11 @@ SCENARIOS: dict[str, Scenario] = {
             45_000,
             ("avg_rtt_us", *PERCENTILE_KEYS),
         ),
+        _consumer_scenario("stream_1to1_v2", 0, ""),
+        _consumer_scenario("stream_1to1_consumer", 1, ""),
+        _consumer_scenario("stream_group1", 1, "bench-group"),
+        _consumer_scenario("stream_group3", 3, "bench-group"),
+        _consumer_scenario("stream_group10", 10, "bench-group"),
         _latency_scenario(),
         # Played by malamute_pack.bench.scale: default_n is its stream_1to1 runs'.
         Scenario(SCALE, (), 300_000),
@@ -210,7 +260,17 @@ SCENARIOS: dict[str, Scenario] = {
 
 STREAM_SCENARIOS = ("stream_1to1", "stream_fanout10")
 # What runs when no --scenario is given: latency and scale run only when asked.
-DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name not in (LATENCY, SCALE))
+# Run only when asked: latency, scale, and the consumers' (issue 28's figures).
+CONSUMER_SCENARIOS = (
+    "stream_1to1_v2",
+    "stream_1to1_consumer",
+    "stream_group1",
+    "stream_group3",
+    "stream_group10",
+)
+DEFAULT_SCENARIOS = tuple(
+    name for name in SCENARIOS if name not in (LATENCY, SCALE, *CONSUMER_SCENARIOS)
+)
 
 
 def default_messages(scenario: Scenario, rate: int) -> int:
@@ -327,7 +387,7 @@ class Result:
             "n": str(self.n),
             "secs": f"{secs:.3f}",
             "msgs_per_s": rate(acked if self.scenario.acknowledged else self.n),
-            "lost": str(self.n * len(counting) - delivered),
+            "lost": str(self.n * (1 if self.scenario.shared else len(counting)) - delivered),
             "acked": str(acked),
             "delivered_per_s": rate(delivered),
             "avg_rtt_us": f"{sum(r.rtt_total for r in counting) / delivered * 1e6:.1f}"

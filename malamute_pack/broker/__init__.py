@@ -17,6 +17,10 @@ What each module holds:
 - C{streams}: every stream: writing, live delivery, delivery from the journal.
 - C{stream}: one stream, its readers indexed by pattern, its counters.
 - C{appends}: the keys of idempotent appends, written and being written.
+- C{consumers}: durable named readers: positions kept in the journal,
+  commits, takeover, forgetting (STREAM_CONSUME, STREAM_COMMIT).
+- C{groups}: consumer groups: a stream's records shared among members,
+  in order per subject, given back when a member leaves.
 - C{ranges}: bulk reads of retained records (STREAM_QUERY, STREAM_READ_RANGE).
 - C{post_office}: mailboxes and service queues: store, receipt, deliver,
   hold, requeue, expire.

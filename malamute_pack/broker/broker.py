@@ -26,6 +26,7 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.access import AccessControl, Right
 from malamute_pack.broker.connection import Connection
+from malamute_pack.broker.consumers import Consumers
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.letters import Kind
@@ -137,6 +138,17 @@ class Broker:
             config.limits.append_keys,
         )
         self.ranges = Ranges(store, self.stalled)
+        self.consumers = Consumers(
+            clock,
+            store,
+            self.streams,
+            self.stalled,
+            config.limits.consumers,
+            config.limits.consumer_ttl,
+            config.limits.max_address,
+            config.limits.group_lease,
+            config.limits.group_unacked_bytes,
+        )
         self.post = PostOffice(
             clock,
             store,
@@ -181,6 +193,7 @@ class Broker:
         self.post.dispatch_offered(connection)
         self.streams.resume_all(connection)
         self.ranges.resume_all(connection)
+        self.consumers.pump(connection)
 
     # Input (the Receiver interface)
 
@@ -221,7 +234,9 @@ class Broker:
     def undelivered(self, session: Session, record: StreamRecord) -> None:
         """A live stream record C{session} took could not be sent after all."""
         connection = self.registry.get(session)
-        if connection is not None and not connection.gone:
+        if connection is None or connection.gone:
+            return
+        if not self.consumers.undelivered(connection, record):  # a group's record
             self.streams.undelivered(connection, record)
 
     def unresponsive(self, session: Session, reason: str) -> None:
@@ -365,6 +380,7 @@ class Broker:
         if not (connection.remote or connection.internal):
             self._log_client("close", session, connection.address, f"({self._why_closed(event)})")
         self.registry.remove(connection)
+        self.consumers.forget_connection(connection)
         self.streams.forget(connection)
         connection.ranges.clear()
         self.post.withdraw(connection)
@@ -431,12 +447,24 @@ class Broker:
         self.streams.resume_all(connection)
         if connection.ranges:
             self.ranges.resume_all(connection)
+        self.consumers.pump(connection)
 
     def action_cancel_reader(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.StreamCancel)
         connection = self._connection(session)
+        self.consumers.cancelled(connection, event.stream)
         self.streams.cancel(connection, event.stream)
         self.ranges.cancel(connection, event.stream)
+
+    def action_consume(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamConsume)
+        connection = self._connection(session)
+        self._check_reading(connection, event.stream)
+        self.consumers.consume(connection, event)
+
+    def action_commit(self, session: Session, event: Event) -> None:
+        assert isinstance(event, mlm.StreamCommit)
+        self.consumers.commit(self._connection(session), event)
 
     def action_query_stream(self, session: Session, event: Event) -> None:
         assert isinstance(event, mlm.StreamQuery)
@@ -576,6 +604,7 @@ class Broker:
         expired = [c for c in self.registry if c.last_seen < limit and not (c.remote or c.internal)]
         for connection in expired:  # logged as its close, with the reason
             self._fire(connection, EXPIRED)
+        self.consumers.sweep()
 
 
 def check_actions(broker: type[Broker]) -> None:

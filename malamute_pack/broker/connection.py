@@ -60,6 +60,9 @@ class Connection:
         a sequence number or a time): records a peer replays from its
         history reach it live; a reader from the latest never gets them.
     @ivar ranges: its range reads under way (STREAM_READ_RANGE), by stream.
+    @ivar consuming: stream name to the consumer it reads that stream as
+        (STREAM_CONSUME; "" once another connection took it over); None
+        until it consumes (L{malamute_pack.broker.consumers}).
     """
 
     session: Session
@@ -81,6 +84,7 @@ class Connection:
     internal: bool = False
     history: set[str] = field(default_factory=set)
     ranges: dict[str, RangeRead] = field(default_factory=dict)
+    consuming: dict[str, str] | None = None
     # When it opened (clock seconds; the management API shows its age).
     opened: float = 0.0
 

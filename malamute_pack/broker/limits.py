@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from malamute_pack.broker.errors import Refused
 
 # Limits for which 0 means "none".
-_MAY_BE_ZERO = frozenset({"service_lease"})
+_MAY_BE_ZERO = frozenset({"service_lease", "group_lease"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,15 @@ class Limits:
         and TCP backpressure).
     @ivar append_keys: keys of idempotent appends (STREAM_APPEND) the
         broker remembers, in all streams; the oldest are forgotten first.
+    @ivar consumers: consumer positions (durable named readers) the broker
+        remembers, in all streams; the least recently used are forgotten first.
+    @ivar consumer_ttl: seconds after which the position of a consumer
+        nobody used (consumed or committed) is forgotten.
+    @ivar group_lease: seconds a member of a consumer group may hold a
+        record unacknowledged before its records go to the other members
+        (0: never).
+    @ivar group_unacked_bytes: content bytes a member of a consumer group
+        may hold unacknowledged; past them it is sent more once it commits.
     """
 
     max_message_bytes: int = 4 * 1024 * 1024
@@ -65,6 +74,11 @@ class Limits:
     send_queue: int = 4_000
     receive_queue: int = 1_000
     append_keys: int = 100_000
+    last_value_subjects: int = 1_000_000
+    consumers: int = 10_000
+    consumer_ttl: int = 7 * 24 * 3600
+    group_lease: int = 30
+    group_unacked_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name in self.__slots__:

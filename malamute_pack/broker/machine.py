@@ -123,6 +123,8 @@ class Action(enum.Enum):
     QUERY_STREAM = "query_stream"
     STORE_RANGE_READER = "store_range_reader"
     APPEND_TO_STREAM = "append_to_stream"
+    CONSUME = "consume"
+    COMMIT = "commit"
 
 
 class Row(NamedTuple):
@@ -173,6 +175,11 @@ MACHINE: Final[dict[tuple[State, EventType], Row]] = {
     (State.CONNECTED, mlm.StreamAppend): Row(
         (_A.REQUIRE_DIALECT, _A.APPEND_TO_STREAM), State.CONNECTED
     ),
+    # Consumers the broker remembers.
+    (State.CONNECTED, mlm.StreamConsume): Row(
+        (_A.REQUIRE_DIALECT, _A.CONSUME, _A.REPLY_OK, _A.RESUME_STREAMS), State.CONNECTED
+    ),
+    (State.CONNECTED, mlm.StreamCommit): Row((_A.REQUIRE_DIALECT, _A.COMMIT), State.CONNECTED),
     (State.CONNECTED, Expired): _END,
     (State.CONNECTED, Unresponsive): _END,
     (State.CONNECTED, TakenOver): _END,

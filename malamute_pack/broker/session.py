@@ -129,6 +129,9 @@ class Session(Protocol):
     def confirm(self, tracker: str, code: int, reason: str) -> None:
         """The recipient of a tracked letter this session sent answered it (or it expired)."""
 
+    def committed(self, stream: str, sequence: int, code: int, reason: str) -> None:
+        """The outcome of a consumer's commit on C{stream} up to C{sequence}."""
+
 
 class PartySession:
     """
@@ -188,6 +191,9 @@ class PartySession:
         pass
 
     def confirm(self, tracker: str, code: int, reason: str) -> None:
+        pass
+
+    def committed(self, stream: str, sequence: int, code: int, reason: str) -> None:
         pass
 
 

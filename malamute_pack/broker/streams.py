@@ -17,14 +17,26 @@ Every delivery is one call of the reader's session with a L{StreamRecord};
 a live fan-out hands the same record to every reader, so each dialect
 encodes it once.
 
+A reader of a last-value stream may start from its last values
+(C{mlm.LAST_VALUES}): it is put behind at the stream's last sequence
+number + 1 at once, and the store's snapshot as of that number (the latest
+record of each subject, in sequence order) is read; the records its
+patterns match (not its own) go to it first, while it has credit, then it
+reads on from there as any reader behind does: no gap, no duplicate, and
+a subject updated meanwhile comes again at its new value after the
+snapshot.
+
 Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py``,
 ``tests/unit/test_broker_known_streams.py``.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -51,6 +63,20 @@ NOTICE = "$gap"
 # StreamRecord(...) without the named tuple's Python-level __new__: one is
 # made for every message written.
 _new_record = partial(tuple.__new__, StreamRecord)
+_SEQ = attrgetter("seq")
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """
+    A reader's last-value snapshot as of sequence number C{through}: its
+    C{records} (None while being read), those from C{next} on still to send.
+    """
+
+    through: int
+    records: list[StreamRecord] | None = None
+    next: int = 0
+    finishing: bool = False  # all sent: forgotten at the next turn
 
 
 def check_pattern(pattern: str) -> None:
@@ -93,6 +119,8 @@ class Streams:
         self._max_subject = max_subject
         self.streams: dict[str, Stream] = {}
         self._last_seq: dict[str, int] = {}  # sequence numbers when there is no journal
+        # Last-value snapshots being read or sent, by reader and stream.
+        self._snapshots: dict[tuple[Connection, str], _Snapshot] = {}
         self.delivered = 0
         self.dropped = 0
         self.gaps = 0
@@ -131,6 +159,7 @@ class Streams:
 
     def cancel(self, connection: Connection, name: str) -> None:
         stream = self.streams.get(name)
+        self._snapshots.pop((connection, name), None)
         connection.behind.pop(name, None)
         connection.history.discard(name)
         patterns = connection.reading.pop(name, None)
@@ -153,6 +182,7 @@ class Streams:
     def forget(self, connection: Connection) -> None:
         """Drop every reading of a connection that is gone."""
         for name, patterns in connection.reading.items():
+            self._snapshots.pop((connection, name), None)
             self.streams[name].readers.unsubscribe_owner(connection)
             self._unread(connection, name, patterns)
         connection.reading.clear()
@@ -287,6 +317,15 @@ class Streams:
         self.delivered -= 1
         if reader.credit is not None:
             reader.credit += 1
+        snapshot = self._snapshots.get((reader, stream.name))
+        if snapshot is not None and snapshot.records and record.seq <= snapshot.through:
+            # One of its last values: sent again from it, before the records after them.
+            index = bisect_left(snapshot.records, record.seq, key=_SEQ)
+            snapshot.next = min(snapshot.next, index)
+            through = snapshot.through + 1
+            reader.behind[stream.name] = min(reader.behind.get(stream.name, through), through)
+            self._stalled.add(reader)
+            return
         earlier = reader.behind.get(stream.name)
         self._fall_behind(reader, stream, record.seq)
         if earlier is not None and earlier < record.seq:
@@ -362,14 +401,26 @@ class Streams:
     def read_from(
         self, connection: Connection, name: str, pattern: str, whence: int, pos: int
     ) -> None:
-        """Subscribe C{connection} and move its position on the stream to C{whence}/C{pos}."""
-        if whence not in (mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME):
-            raise Refused(f"invalid position: whence {whence} is not 0, 1, 2 or 3")
+        """
+        Subscribe C{connection} and move its position on the stream to
+        C{whence}/C{pos} (LAST_VALUES: a last-value stream's snapshot, then on).
+        """
+        if whence not in (mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME, mlm.LAST_VALUES):
+            raise Refused(f"invalid position: whence {whence} is not 0, 1, 2, 3 or 4")
         store = self._store
         if store is None and whence != mlm.LATEST:
             raise Refused("not implemented: reading from a position needs the journal", 501)
+        if whence == mlm.LAST_VALUES and store is not None and not store.compacted(name):
+            raise Refused(
+                f"not a last-value stream: {name!r} does not keep its subjects' last values"
+                f" (malamute/streams/{name}/compact = subject)"
+            )
         self.subscribe(connection, name, pattern)
         if store is None or whence == mlm.LATEST:
+            return
+        self._snapshots.pop((connection, name), None)  # its position moves
+        if whence == mlm.LAST_VALUES:
+            self._read_last_values(connection, name, store)
             return
         connection.history.add(name)
         if self._interests is not None and not connection.remote:
@@ -391,6 +442,83 @@ class Streams:
                 errbackArgs=(connection, name),
             )
 
+    def _read_last_values(self, connection: Connection, name: str, store: Store) -> None:
+        """Put C{connection} behind after the last record of C{name}, its snapshot first."""
+        through = store.last_seq(name)
+        connection.behind[name] = through + 1
+        connection.replaying.add(name)  # nothing else starts until it is read
+        snapshot = self._snapshots[connection, name] = _Snapshot(through)
+        store.read_last_values(name).addCallbacks(
+            self._read_snapshot,
+            self._snapshot_failed,
+            callbackArgs=(connection, name, snapshot),
+            errbackArgs=(connection, name, snapshot),
+        )
+
+    def _read_snapshot(
+        self, records: list[StreamRecord], connection: Connection, name: str, snapshot: _Snapshot
+    ) -> None:
+        connection.replaying.discard(name)
+        if connection.gone:
+            return
+        if self._snapshots.get((connection, name)) is snapshot:  # else cancelled or moved since
+            matches = self.streams[name].readers.owner_matches
+            address = connection.address
+            snapshot.records = [
+                record
+                for record in records
+                if matches(connection, record.subject)
+                and not (record.sender != "" and record.sender == address)
+            ]
+        self.resume(connection, name)
+
+    def _snapshot_failed(
+        self, failure: Failure, connection: Connection, name: str, snapshot: _Snapshot
+    ) -> None:
+        # Read on after the snapshot's point: the live records are not held back.
+        connection.replaying.discard(name)
+        if self._snapshots.get((connection, name)) is snapshot:
+            snapshot.records = []
+        _log.failure(
+            "reading the last values of stream {stream!r} for {connection} failed",
+            failure,
+            stream=name,
+            connection=connection,
+        )
+        if not connection.gone:
+            self.resume(connection, name)
+
+    def _send_snapshot(self, connection: Connection, name: str, snapshot: _Snapshot) -> bool:
+        """Send C{connection} its snapshot while it can take it; whether it is all sent."""
+        records = snapshot.records
+        if records is None:
+            return False  # still being read
+        stream = self.streams[name]
+        session = connection.session
+        while snapshot.next < len(records):
+            if not connection.can_take():
+                return False
+            if not session.deliver_stream(records[snapshot.next]):
+                self._stalled.add(connection)
+                return False
+            connection.took()
+            stream.delivered += 1
+            self.delivered += 1
+            snapshot.next += 1
+        if not snapshot.finishing:
+            # Kept until the sends of this turn are done: one that fails starts again there.
+            snapshot.finishing = True
+            self._clock.callLater(0, self._snapshot_sent, connection, name, snapshot)
+        return True
+
+    def _snapshot_sent(self, connection: Connection, name: str, snapshot: _Snapshot) -> None:
+        key = (connection, name)
+        snapshot.finishing = False
+        if self._snapshots.get(key) is not snapshot or snapshot.records is None:
+            return
+        if snapshot.next >= len(snapshot.records):
+            del self._snapshots[key]
+
     def _found_time(self, seq: int, connection: Connection, name: str) -> None:
         connection.replaying.discard(name)
         if not connection.gone and name in connection.behind:
@@ -410,6 +538,9 @@ class Streams:
         if store is None or connection.gone:
             return
         if name not in connection.behind or name in connection.replaying:
+            return
+        snapshot = self._snapshots.get((connection, name))
+        if snapshot is not None and not self._send_snapshot(connection, name, snapshot):
             return
         wanted = connection.behind[name]
         first = store.first_seq(name)

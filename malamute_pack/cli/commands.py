@@ -12,7 +12,9 @@ Tests: ``tests/system/test_cli.py``, ``tests/system/test_cli_tail.py``.
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import socket
 import sys
 import time
 from typing import Any, Final
@@ -25,7 +27,7 @@ from malamute_pack.cli.connection import (
     stream_with_records,
 )
 from malamute_pack.cli.errors import CommandError
-from malamute_pack.cli.positions import Position
+from malamute_pack.cli.positions import LATEST, Position
 from malamute_pack.cli.records import Record, letter_json, letter_line, record_json, record_line
 from malamute_pack.cli.views import render_section
 from malamute_pack.client.blocking import BlockingClient
@@ -76,22 +78,39 @@ def publish_lines(settings: ConnectionSettings, stream: str, subject: str) -> in
     return 0
 
 
+# How often `tail --consumer` commits what it printed (and at the end).
+COMMIT_EVERY_S = 1.0
+
+
 def tail(
     settings: ConnectionSettings,
     stream: str,
     pattern: str,
-    start: Position,
+    start: Position | None,
     as_json: bool,
     count: int | None,
+    consumer: str | None = None,
+    group: str | None = None,
 ) -> int:
     """
     Print C{stream}'s messages whose subjects C{pattern} finds, from
-    C{start}, as they come (C{count} of them, or until interrupted). A
-    stream with no record yet is waited for, saying so once on stderr
-    (its name may be a typo).
+    C{start} (None: the latest), as they come (C{count} of them, or until
+    interrupted). A stream with no record yet is waited for, saying so once
+    on stderr (its name may be a typo). As the durable C{consumer}: from
+    after its last commit (C{start}, if given, resets it), committing what
+    was printed every second and before it returns. As a member of
+    C{group} (named C{consumer}, or after this process): the same, sharing
+    the stream's records with the group's other members.
     """
+    if group is not None and consumer is None:
+        consumer = f"{socket.gethostname()}.{os.getpid()}"
+    if consumer is not None:
+        return _tail_consumer(
+            settings, stream, pattern, start, as_json, count, consumer, group or ""
+        )
+    start = start or LATEST
     with open_bulk(settings) as bulk:
-        if start.whence != mlm.LATEST:
+        if start.whence not in (mlm.LATEST, mlm.LAST_VALUES):
             stream_with_records(bulk, stream, "; use --from latest to wait for the first")
         elif bulk.status(stream, mlm.EARLIEST).last == 0:
             print(
@@ -112,6 +131,48 @@ def tail(
             record = Record.from_delivery(delivery)
             _emit(_json_line(record_json(record)) if as_json else record_line(record))
             shown += 1
+    return 0
+
+
+def _tail_consumer(
+    settings: ConnectionSettings,
+    stream: str,
+    pattern: str,
+    start: Position | None,
+    as_json: bool,
+    count: int | None,
+    consumer: str,
+    group: str,
+) -> int:
+    shown = 0
+    printed = 0  # the last record printed
+    uncommitted = False  # printed since the last commit
+    with open_client(settings) as client:
+        if start is None:
+            client.consume(stream, pattern, consumer, group)
+        else:
+            client.consume(stream, pattern, consumer, group, start.whence, start.value)
+        next_commit = time.monotonic() + COMMIT_EVERY_S
+        try:
+            while count is None or shown < count:
+                delivery = client.recv(max(0.0, next_commit - time.monotonic()))
+                if time.monotonic() >= next_commit:
+                    if uncommitted:
+                        client.commit(stream, printed)
+                        uncommitted = False
+                    next_commit = time.monotonic() + COMMIT_EVERY_S
+                if delivery is None or delivery.command != "STREAM_DELIVER":
+                    continue
+                if delivery.address != stream or delivery.sequence is None:
+                    continue
+                record = Record.from_delivery(delivery)
+                _emit(_json_line(record_json(record)) if as_json else record_line(record))
+                printed = delivery.sequence
+                uncommitted = True
+                shown += 1
+        finally:
+            if uncommitted:
+                client.commit(stream, printed)
     return 0
 
 

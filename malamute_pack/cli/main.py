@@ -39,7 +39,7 @@ from malamute_pack.cli.connection import (
     settings_from,
 )
 from malamute_pack.cli.errors import CommandError
-from malamute_pack.cli.positions import EARLIEST, LATEST, parse_position
+from malamute_pack.cli.positions import EARLIEST, LAST_VALUES, LATEST, parse_position
 from malamute_pack.cli.views import SECTIONS
 from malamute_pack.client.errors import ClientError
 
@@ -163,13 +163,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--from",
         dest="start",
         type=parse_position,
-        default=LATEST,
+        default=None,
         metavar="POS",
         help="earliest, latest (default), a sequence number, or a time "
-        "(ISO 8601, or Unix seconds as @SECONDS)",
+        "(ISO 8601, or Unix seconds as @SECONDS); with --consumer, resets the consumer there",
+    )
+    p.add_argument(
+        "--last-values",
+        dest="start",
+        action="store_const",
+        const=LAST_VALUES,
+        help="a last-value stream: the latest message of each subject first, then as they come",
     )
     p.add_argument("--json", action="store_true", help="one JSON object a message")
     p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages")
+    p.add_argument(
+        "--consumer",
+        metavar="NAME",
+        help="read as the durable consumer NAME: from after its last commit (the broker keeps "
+        "it), committing what was printed every second and at the end",
+    )
+    p.add_argument(
+        "--group",
+        metavar="NAME",
+        help="read as a member of the consumer group NAME (member --consumer, or one named "
+        "after this process): each record to one member of the group, committed as printed",
+    )
 
     p = command("send", "send a letter to a mailbox")
     p.add_argument("address_to", metavar="ADDRESS")
@@ -269,7 +288,16 @@ def dispatch(args: argparse.Namespace, settings: ConnectionSettings) -> int:
             return commands.publish_lines(settings, args.stream, args.subject)
         return commands.publish(settings, args.stream, args.subject, args.body)
     if name == "tail":
-        return commands.tail(settings, args.stream, args.pattern, args.start, args.json, args.count)
+        return commands.tail(
+            settings,
+            args.stream,
+            args.pattern,
+            args.start,
+            args.json,
+            args.count,
+            args.consumer,
+            args.group,
+        )
     if name == "send":
         return commands.send(settings, args.address_to, args.subject, args.body)
     if name == "recv":

@@ -22,9 +22,10 @@ _UNIX = re.compile(r"@?(\d+\.\d*|\d*\.\d+)|@(\d+)")
 class Position:
     """
     A position in a stream: C{whence} is C{mlm.EARLIEST}, C{mlm.LATEST},
-    C{mlm.SEQUENCE} (C{value} a sequence number) or C{mlm.TIME} (C{value}
-    milliseconds since the epoch), as STREAM_READ_FROM and STREAM_QUERY
-    take them.
+    C{mlm.SEQUENCE} (C{value} a sequence number), C{mlm.TIME} (C{value}
+    milliseconds since the epoch) or C{mlm.LAST_VALUES} (a last-value
+    stream's latest record of each subject, then on: C{tail --last-values}),
+    as STREAM_READ_FROM and STREAM_QUERY take them.
     """
 
     whence: int
@@ -38,11 +39,14 @@ class Position:
             return "latest"
         if self.whence == mlm.SEQUENCE:
             return f"sequence {self.value}"
+        if self.whence == mlm.LAST_VALUES:
+            return "last values"
         return f"time {datetime.fromtimestamp(self.value / 1000).astimezone().isoformat()}"
 
 
 EARLIEST = Position(mlm.EARLIEST)
 LATEST = Position(mlm.LATEST)
+LAST_VALUES = Position(mlm.LAST_VALUES)
 
 
 def parse_position(text: str) -> Position:

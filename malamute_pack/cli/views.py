@@ -23,6 +23,7 @@ SECTIONS: Final = {
     "streams": "streams",
     "mailboxes": "mailboxes",
     "services": "services",
+    "consumers": "consumers",
     "pack": "pack",
 }
 
@@ -57,6 +58,8 @@ STREAMS: Final = (
     Column("last_seq", "LAST", right=True),
     Column("retained_records", "RETAINED", right=True),
     Column("retained_bytes", "BYTES", size, right=True),
+    Column("compact", "COMPACT", lambda value: plain(value or None)),
+    Column("last_values", "LAST VALUES", right=True),
 )
 MAILBOXES: Final = (
     Column("address", "MAILBOX"),
@@ -72,6 +75,14 @@ SERVICES: Final = (
     Column("oldest_s", "OLDEST", duration, right=True),
     Column("workers", "WORKERS", right=True),
     Column("offers", "OFFERS"),
+)
+CONSUMERS: Final = (
+    Column("stream", "STREAM"),
+    Column("name", "CONSUMER"),
+    Column("position", "POSITION", right=True),
+    Column("lag", "LAG", right=True),
+    Column("idle_s", "IDLE", duration, right=True),
+    Column("connected", "CONNECTED"),
 )
 MEMBERS: Final = (
     Column("name", "MEMBER"),
@@ -139,6 +150,10 @@ def services(data: Any) -> str:
     return _rows(data, SERVICES, "(no services)")
 
 
+def consumers(data: Any) -> str:
+    return _rows(data, CONSUMERS, "(no consumers)")
+
+
 def pack(data: Any) -> str:
     """The pack: whether there is one, its other keys, then its members."""
     if not isinstance(data, Mapping):
@@ -164,6 +179,7 @@ VIEWS: Final[dict[str, Callable[[Any], str]]] = {
     "streams": streams,
     "mailboxes": mailboxes,
     "services": services,
+    "consumers": consumers,
     "pack": pack,
 }
 

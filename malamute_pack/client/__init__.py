@@ -27,6 +27,7 @@ What each module holds:
 - C{subscriptions}: accepted settings and the replay plan (resume positions).
 - C{outbox}: messages sent or held, STORED matched in send order.
 - C{inbox}: deliveries, DONE and trackers.
+- C{commits}: a consumer's commits waiting for STREAM_COMMITTED.
 - C{dedupe}: what a version 2 client already handed over, dropped if sent again.
 - C{heartbeat}: pings and the silence timer.
 - C{credit}: flow control: credit granted, used and still to send.

@@ -52,6 +52,7 @@ from typing import Any, Final, Protocol
 from twisted.logger import Logger
 
 from malamute_pack.client.channel import ChannelOwner, CommandChannel, Done
+from malamute_pack.client.commits import CommitCallback, Commits
 from malamute_pack.client.credit import Credit, check_credit
 from malamute_pack.client.dedupe import SeenSequences
 from malamute_pack.client.endpoints import EndpointRing
@@ -128,6 +129,7 @@ class ClientCore(ChannelOwner):
         self._credit = Credit(owner.send_frames)
         self._outbox = Outbox(owner.send_frames, options.max_held)
         self._subscriptions = Subscriptions(sequences)
+        self._commits = Commits(self._post)
         self._inbox = Inbox(
             owner,
             sequences,
@@ -154,6 +156,7 @@ class ClientCore(ChannelOwner):
                     mlm.ServiceRecord: inbox.record,
                     mlm.StreamGap: inbox.gap,
                     mlm.Stored: self._on_stored,
+                    mlm.StreamCommitted: self._commits.committed,
                 }
             )
 
@@ -233,9 +236,13 @@ class ClientCore(ChannelOwner):
         """
         Read C{stream} for subjects that C{pattern} matches, from C{whence}:
         LATEST (messages written from now on: STREAM_READ), or, with
-        version 2 only, EARLIEST, SEQUENCE (from message number C{position})
-        or TIME (from C{position}, milliseconds since the epoch), sent as
-        STREAM_READ_FROM.
+        version 2 only, EARLIEST, SEQUENCE (from message number C{position}),
+        TIME (from C{position}, milliseconds since the epoch) or
+        LAST_VALUES (a last-value stream's latest record of each subject,
+        then on), sent as STREAM_READ_FROM. After a reconnection a stream
+        with a record handed over resumes right after it (for LAST_VALUES
+        too: the snapshot is not sent again), one without gets what was
+        asked again (L{Subscriptions.replay_plan}).
 
         @raise ValueError: for a whence other than LATEST with version 1,
             or an unknown whence.
@@ -243,11 +250,46 @@ class ClientCore(ChannelOwner):
         if whence == mlm.LATEST:
             self._command(mlm.StreamRead(stream, pattern), done)
             return
-        if whence not in (mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME):
+        if whence not in (mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME, mlm.LAST_VALUES):
             raise ValueError(f"unknown whence {whence!r}")
         if self.options.version < 2:
             raise ValueError("reading from a position needs protocol version 2")
         self._command(mlm.StreamReadFrom(stream, pattern, whence, position), done)
+
+    def consume(
+        self,
+        stream: str,
+        pattern: str,
+        consumer: str,
+        done: Done,
+        group: str = "",
+        whence: int = mlm.RESUME,
+        position: int = 0,
+    ) -> None:
+        """
+        Read C{stream} as the durable consumer C{consumer} (version 2,
+        STREAM_CONSUME): from after its last commit (RESUME), or from
+        another C{whence}, which resets it there. A reconnection resumes it.
+
+        @raise ValueError: with version 1, or for an unknown whence.
+        """
+        if self.options.version < 2:
+            raise ValueError("consumers need protocol version 2")
+        if whence not in (mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME, mlm.RESUME):
+            raise ValueError(f"unknown whence {whence!r}")
+        self._command(mlm.StreamConsume(stream, pattern, consumer, group, whence, position), done)
+
+    def commit(self, stream: str, sequence: int, settled: CommitCallback) -> None:
+        """
+        Acknowledge every record of C{stream} up to C{sequence} for the
+        consumer this client reads it as; C{settled} gets the position the
+        broker made durable, or the error.
+
+        @raise ValueError: with version 1.
+        """
+        if self.options.version < 2:
+            raise ValueError("consumers need protocol version 2")
+        self._commits.commit(stream, sequence, settled)
 
     def remove_consumer(self, stream: str, done: Done) -> None:
         """Stop reading C{stream} (every pattern)."""
@@ -487,6 +529,7 @@ class ClientCore(ChannelOwner):
 
     def resend_unstored(self) -> None:
         self._outbox.resend_unstored()
+        self._commits.resend()
 
     def awaiting_stored(self) -> bool:
         return self._outbox.awaiting_stored
@@ -494,6 +537,9 @@ class ClientCore(ChannelOwner):
     def drop_sends(self) -> None:
         self._outbox.drop_all(
             ClientClosedError("the client was closed before the broker said STORED")
+        )
+        self._commits.drop_all(
+            ClientClosedError("the client was closed before the broker said COMMITTED")
         )
 
     def connect_to(self, endpoint: str) -> None:

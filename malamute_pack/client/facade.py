@@ -111,14 +111,47 @@ class ClientFacade(ABC, Generic[CommandResult, StoredResult]):
         """
         Read C{stream} for the subjects C{pattern} finds, from C{whence}:
         C{mlm.LATEST} (from now on), or with version 2 C{mlm.EARLIEST},
-        C{mlm.SEQUENCE} (from message number C{position}) or C{mlm.TIME}
-        (from C{position}, milliseconds since the epoch).
+        C{mlm.SEQUENCE} (from message number C{position}), C{mlm.TIME}
+        (from C{position}, milliseconds since the epoch) or
+        C{mlm.LAST_VALUES} (a last-value stream's latest record of each
+        subject, then on).
 
         @raise ValueError: at the call, for a position with version 1.
         """
         return self._run_command(
             lambda done: self._core.set_consumer(stream, pattern, done, whence, position)
         )
+
+    def consume(
+        self,
+        stream: str,
+        pattern: str,
+        consumer: str,
+        group: str = "",
+        whence: int = mlm.RESUME,
+        position: int = 0,
+    ) -> CommandResult:
+        """
+        Read C{stream} for the subjects C{pattern} finds as the durable
+        consumer C{consumer} (version 2): the broker keeps its position, so
+        it resumes after its last L{commit} from any process, after a broker
+        restart or a pair's fail-over. C{whence} other than C{mlm.RESUME}
+        resets it (C{mlm.LATEST}, C{mlm.EARLIEST}, C{mlm.SEQUENCE} or
+        C{mlm.TIME} with C{position}).
+        """
+        return self._run_command(
+            lambda done: self._core.consume(
+                stream, pattern, consumer, done, group, whence, position
+            )
+        )
+
+    def commit(self, stream: str, sequence: int) -> StoredResult:
+        """
+        Acknowledge every record of C{stream} up to C{sequence} (version 2,
+        as a consumer): the result is the position the broker made durable;
+        a refusal raises (or fails with) L{MalamuteError}.
+        """
+        return self._await_stored(lambda settled: self._core.commit(stream, sequence, settled))
 
     def remove_consumer(self, stream: str) -> CommandResult:
         """Stop reading C{stream}."""

@@ -4,7 +4,13 @@ removals, worker offers), kept for replay when the broker forgets us, and
 the replay plan: every setting again, in order, a stream on which a record
 was already handed over resuming right after it (STREAM_READ_FROM
 SEQUENCE, every pattern from the same position) so that nothing written
-meanwhile is missed and nothing is delivered twice.
+meanwhile is missed and nothing is delivered twice; a durable consumer
+resuming from the position the broker keeps for it (STREAM_CONSUME RESUME).
+A reading from a last-value stream's last values resumes after the last
+record handed over too (its snapshot comes in sequence order, then the
+live records: what follows that record is the rest of the snapshot and
+what was written since, each once, the snapshot not sent again), and asks
+for last values again when nothing was handed over.
 
 Tests: ``tests/unit/test_client_subscriptions.py``.
 """
@@ -18,16 +24,22 @@ from malamute_pack.protocol import mlm
 
 # Commands whose acceptance is recorded for replay.
 Setting = (
-    mlm.StreamWrite | mlm.StreamRead | mlm.StreamReadFrom | mlm.StreamCancel | mlm.ServiceOffer
+    mlm.StreamWrite
+    | mlm.StreamRead
+    | mlm.StreamReadFrom
+    | mlm.StreamConsume
+    | mlm.StreamCancel
+    | mlm.ServiceOffer
 )
 SETTINGS: tuple[type[Setting], ...] = (
     mlm.StreamWrite,
     mlm.StreamRead,
     mlm.StreamReadFrom,
+    mlm.StreamConsume,
     mlm.StreamCancel,
     mlm.ServiceOffer,
 )
-_Reader = mlm.StreamRead | mlm.StreamReadFrom
+_Reader = mlm.StreamRead | mlm.StreamReadFrom | mlm.StreamConsume
 
 
 class ReplayStep(NamedTuple):
@@ -95,6 +107,11 @@ class Subscriptions:
         """
         plan = []
         for setting in self._settings:
+            if isinstance(setting, mlm.StreamConsume):
+                # The broker keeps a consumer's position: resume from it (the
+                # inbox drops what was already handed over).
+                plan.append(ReplayStep(_resumed(setting)))
+                continue
             if not isinstance(setting, _Reader):
                 plan.append(ReplayStep(setting))
                 continue
@@ -105,3 +122,10 @@ class Subscriptions:
                 resume = mlm.StreamReadFrom(setting.stream, setting.pattern, mlm.SEQUENCE, last + 1)
                 plan.append(ReplayStep(resume, fallback=setting))
         return plan
+
+
+def _resumed(consume: mlm.StreamConsume) -> mlm.StreamConsume:
+    """C{consume} resuming from the consumer's position."""
+    return mlm.StreamConsume(
+        consume.stream, consume.pattern, consume.consumer, consume.group, mlm.RESUME, 0
+    )

@@ -20,6 +20,7 @@ This module re-exports the public API. Its modules:
 - C{backlog}: backpressure: bytes handed to the writer and not yet back.
 - C{pruning}: retention applied, by a C{LoopingCall} or on demand.
 - C{retention}: the retention policy and the prune step.
+- C{last_values}: the last-value streams' latest records, kept by the writer.
 - C{records}: stream and queued records as rows; content frames as a BLOB.
 - C{config}: L{JournalConfig}: group commit, durability, retention, pruning.
 - C{errors}: L{JournalError}, every SQLite failure.

@@ -1,6 +1,6 @@
 """
 The journal's settings: group commit, SQLite durability per kind of record,
-retention and pruning.
+retention and pruning, and the last-value streams (compacted by subject).
 
 Tests: ``tests/unit/test_journal_journal.py``.
 """
@@ -28,6 +28,9 @@ class JournalConfig:
     uses the stronger. ``prune_chunk_rows`` caps the records one pruning
     transaction deletes. ``crash_skip`` is how far sequence numbers and
     letter ids jump after a crash, past any handed out but never committed.
+    ``compacted`` names the last-value streams (compacted by subject: the
+    journal keeps each subject's latest record, docs/protocol.md), each
+    keeping at most ``last_value_subjects`` subjects.
     """
 
     commit_interval_s: float = 0.005
@@ -39,6 +42,8 @@ class JournalConfig:
     prune_interval_s: float = 5.0
     prune_chunk_rows: int = 10_000
     crash_skip: int = 1_000_000
+    compacted: frozenset[str] = frozenset()
+    last_value_subjects: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in ("stream_synchronous", "queue_synchronous"):
@@ -56,6 +61,8 @@ class JournalConfig:
             raise ValueError(f"crash_skip must be at least 1: {self.crash_skip}")
         if self.prune_chunk_rows < 1:
             raise ValueError(f"prune_chunk_rows must be at least 1: {self.prune_chunk_rows}")
+        if self.last_value_subjects < 1:
+            raise ValueError(f"last_value_subjects must be at least 1: {self.last_value_subjects}")
 
     def retention_for(self, stream: str) -> RetentionPolicy:
         """The retention policy that applies to ``stream``."""

@@ -2,7 +2,8 @@
 The journal as a feature of the broker (L{malamute_pack.feature}): its
 settings, C{--no-journal} and the C{malamute/journal/...} keys of a
 config file (commit, synchronous levels, pruning, retention, also per
-stream under C{malamute/journal/streams/<stream>/}). Its service is no
+stream under C{malamute/journal/streams/<stream>/}), and the last-value
+streams (C{malamute/streams/<stream>/compact = subject}). Its service is no
 feature's own: the journal is the broker model's store, which
 C{twistd malamute} (L{malamute_pack.tap}) makes and opens before the
 model starts, so L{JournalFeature.make_service} makes nothing.
@@ -46,11 +47,16 @@ _KEYS: Final = {
     "queue_synchronous": "queue-synchronous",
 }
 
+# A last-value stream (docs/protocol.md): its one value, the compaction.
+_COMPACT: Final = ("malamute/streams/", "/compact")
+SUBJECT: Final = "subject"
+
 CONFIG_KEYS: Final = (
     f"{_PREFIX}/enabled",
     *(f"{_PREFIX}/{key}" for key in (*_NUMBERS, *_LEVELS)),
     *(f"{_PREFIX}/retention/{key}" for key in _RETENTION_KEYS),
     *(f"{_PREFIX}/streams/*/{key}" for key in _RETENTION_KEYS),
+    f"{_COMPACT[0]}*{_COMPACT[1]}",
 )
 
 
@@ -107,6 +113,7 @@ def journal_config(config: ZplConfig, base: JournalConfig) -> JournalConfig:
             name = key[len(streams) :].rsplit("/", 1)[0]
             per_stream[name] = _retention(config, streams + name, per_stream.get(name, retention))
     changes["per_stream_retention"] = per_stream
+    changes["compacted"] = compacted_streams(config, base.compacted)
     try:
         return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
     except ValueError as e:
@@ -115,6 +122,31 @@ def journal_config(config: ZplConfig, base: JournalConfig) -> JournalConfig:
         for name, key in _KEYS.items():
             message = message.replace(name, f"{_PREFIX}/{key}")
         raise SettingsError(message) from e
+
+
+def compacted_streams(config: ZplConfig, base: frozenset[str]) -> frozenset[str]:
+    """
+    C{base} with the streams C{config} compacts (C{malamute/streams/NAME/compact
+    = subject}) added, and those it gives an empty value removed; any other
+    value is a L{SettingsError}.
+    """
+    head, tail = _COMPACT
+    found = set(base)
+    for key, values in config.items():
+        if not (key.startswith(head) and key.endswith(tail) and key.count("/") == 3):
+            continue
+        name = key[len(head) : -len(tail)]
+        value = values[-1].strip()
+        if value == SUBJECT:
+            found.add(name)
+        elif not value:
+            found.discard(name)
+        else:
+            raise SettingsError(
+                f"{key}: {value!r} is not a compaction: give {SUBJECT} (keep each subject's"
+                " latest record), or nothing for a stream that is not compacted"
+            )
+    return frozenset(found)
 
 
 @dataclass(frozen=True)

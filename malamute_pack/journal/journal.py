@@ -30,13 +30,21 @@ records and letters, the writes it ships are the owners of addresses
 (:meth:`Journal.save_owner`: the journal is the broker's
 :class:`~malamute_pack.broker.access.OwnerStore`, and :meth:`Journal.open`
 reads the claims back), an operator's stream deletes and retention changes
-(:meth:`Journal.delete_stream`, :meth:`Journal.set_retention`), and notes
-for the partner alone (:meth:`Journal.pass_to_partner`).
+(:meth:`Journal.delete_stream`, :meth:`Journal.set_retention`), the
+last-value streams (:meth:`Journal.set_compaction`), and notes for the
+partner alone (:meth:`Journal.pass_to_partner`).
+
+Last-value streams (compacted by subject, docs/protocol.md): the config's
+``compacted`` streams (turned on and off at open when the file says
+otherwise) and an operator's changes (until the broker restarts) keep each
+subject's latest record (:mod:`malamute_pack.journal.last_values`);
+:meth:`Journal.read_last_values` reads them as of the stream's last
+sequence number at the call.
 
 Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retention.py``,
 ``tests/system/test_journal_durability.py``, ``tests/unit/test_journal_disk_full.py``,
 ``tests/unit/test_journal_isolation.py``, ``tests/unit/test_journal_origin.py``,
-``tests/unit/test_journal_owners.py``.
+``tests/unit/test_journal_owners.py``, ``tests/unit/test_journal_last_values.py``.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from malamute_pack.journal.backlog import Backlog
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.handover import HandOver, JournalCounters
+from malamute_pack.journal.last_values import Capture
 from malamute_pack.journal.opening import Recovered, open_journal
 from malamute_pack.journal.pruning import Pruning
 from malamute_pack.journal.reader import ReaderThread
@@ -67,9 +76,12 @@ from malamute_pack.journal.replica import Shipper
 from malamute_pack.journal.sequencing import Sequencer, merge_tail
 from malamute_pack.journal.writer import (
     Barrier,
+    CompactSet,
+    ConsumerSave,
     DurableCallback,
     Execute,
     JournalWriter,
+    LastValuesMark,
     OwnerClaim,
     PartnerNote,
     QueuedRemove,
@@ -81,7 +93,7 @@ from malamute_pack.journal.writer import (
     WriteOp,
 )
 from malamute_pack.protocol.chunks import ChunkRow
-from malamute_pack.protocol.records import QueuedRecord, StreamRecord, StreamRow
+from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, StreamRecord, StreamRow
 
 __all__ = ["Journal", "JournalCounters", "Recovered", "Rows", "Shipper"]
 
@@ -221,6 +233,10 @@ class Journal:
         )
         self._hand.start(writer)
         writer.start()
+        if writer.last_values.names() != self._config.compacted:
+            # The config says which streams are last-value streams (an
+            # operator's change lasted until the restart).
+            self._submit(CompactSet(self._config.compacted))
         self._pruning.start(self._config.prune_interval_s)
         return recovered
 
@@ -520,6 +536,106 @@ class Journal:
         """
         return self._reader.read(reads.owners_page, after, limit)
 
+    # Consumers the broker remembers.
+
+    def save_consumer(
+        self,
+        position: ConsumerPosition,
+        on_durable: Callable[[JournalError | None], None] | None = None,
+    ) -> None:
+        """
+        Keep C{position} (replacing the consumer's earlier one), in the
+        order of writes (L{ConsumerSave}, shipped to a pair's partner);
+        C{on_durable} once it is committed, or with the error.
+        """
+        self._open_writer()
+        self._submit(ConsumerSave(position, False, on_durable))
+
+    def read_consumers(self) -> Deferred[list[ConsumerPosition]]:
+        """Every consumer position committed, least recently used first."""
+        return self._reader.read(reads.consumers)
+
+    def forget_consumer(self, position: ConsumerPosition) -> None:
+        """Delete the position of C{position}'s consumer, in the order of writes."""
+        self._open_writer()
+        self._submit(ConsumerSave(position, True))
+
+    # Last-value streams.
+
+    def compacted(self, stream: str) -> bool:
+        """Whether C{stream} is a last-value stream (compacted by subject)."""
+        return stream in self._config.compacted
+
+    def set_compaction(self, stream: str, compact: bool) -> Deferred[int]:
+        """
+        Make C{stream} a last-value stream (C{compact}) or not, from here in
+        the order of writes (L{CompactSet}, which a pair's partner applies
+        too), until the broker restarts: turned on, its last values are
+        built from its retained records; off, they are forgotten. Fires
+        with the subjects it keeps once that is committed, or fails with
+        the JournalError.
+        """
+        self._open_writer()
+        wanted = set(self._config.compacted)
+        if compact:
+            wanted.add(stream)
+        else:
+            wanted.discard(stream)
+        streams = frozenset(wanted)
+        self._use_config(dataclasses.replace(self._config, compacted=streams))
+        changed: Deferred[int] = Deferred()
+
+        def done(error: JournalError | None) -> None:
+            if error is not None:
+                changed.errback(error)
+            else:
+                changed.callback(self.last_value_stats(stream)[0])
+
+        self._submit(CompactSet(streams, False, done))
+        return changed
+
+    def last_value_stats(self, stream: str) -> tuple[int, int]:
+        """
+        Of last-value stream C{stream}: the subjects it keeps, and the
+        records of new subjects past the limit not kept (since the journal
+        opened); (0, 0) for another stream.
+        """
+        writer = self._hand.writer
+        state = None if writer is None else writer.last_values.streams.get(stream)
+        return (0, 0) if state is None else (state.subjects, state.not_kept)
+
+    def read_last_values(self, stream: str) -> Deferred[list[StreamRecord]]:
+        """
+        The latest record of each subject of last-value stream C{stream}
+        as of its last sequence number now (records not yet committed
+        included: the read starts once they are), in sequence order. A
+        subject updated since is there at its value as of now.
+        """
+        writer = self._open_writer()
+        capture = Capture(stream, self._sequence.last_seq(stream))
+        result: Deferred[list[StreamRecord]] = Deferred()
+
+        def read() -> None:
+            try:
+                reading = self._reader.read(reads.last_values, stream, capture.through, capture.old)
+            except JournalError as e:
+                capture.open = False
+                result.errback(e)
+                return
+
+            def got(records: list[StreamRecord]) -> None:
+                capture.open = False
+                result.callback(records)
+
+            def failed(failure: Failure) -> None:
+                capture.open = False
+                result.errback(failure)
+
+            reading.addCallbacks(got, failed)
+
+        self._hand.direct(writer, LastValuesMark(capture, read))
+        return result
+
     # Retention and backpressure.
 
     def set_retention(self, config: JournalConfig) -> None:
@@ -622,6 +738,9 @@ class Journal:
             elif kind is StreamDelete:
                 delete = cast(StreamDelete, op)
                 sequence.follow_delete(delete.stream, delete.through)
+            elif kind is CompactSet:
+                compaction = cast(CompactSet, op)
+                self._use_config(dataclasses.replace(self._config, compacted=compaction.streams))
             elif kind is RetentionSet:
                 change = cast(RetentionSet, op)
                 self._use_config(

@@ -30,7 +30,7 @@ from malamute_pack.journal.identity import (
 )
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, journal_identity, migrate
 from malamute_pack.journal.writer import SET_COUNTER
-from malamute_pack.protocol.records import AppendKey, QueuedRecord
+from malamute_pack.protocol.records import AppendKey, ConsumerPosition, QueuedRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,8 @@ class Recovered:
     pair: dict[str, str] = field(default_factory=dict)
     # The owners of addresses: address to (user, when claimed).
     owners: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # The positions of the consumers the broker remembers, least recently used first.
+    consumers: list[ConsumerPosition] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,5 +176,7 @@ def recover(
     owners = {
         address: (user, claimed) for address, user, claimed in reads.owners_page(conn, None, -1)
     }
-    recovered = Recovered(streams, queued, appends, lasts, before_skip, pair, owners)
+    recovered = Recovered(
+        streams, queued, appends, lasts, before_skip, pair, owners, reads.consumers(conn)
+    )
     return recovered, crashed, last_id

@@ -1,7 +1,7 @@
 """
 The SQL that reads a journal file, in one place: ranges and streams of
-stream records, their numbers, queued letters, append keys, owners and the
-forwarded records' origin marks. Each function takes the
+stream records, their numbers, a last-value stream's latest records,
+queued letters, append keys, owners and the forwarded records' origin marks. Each function takes the
 ``sqlite3.Connection`` to read on and runs there (the journal's reader
 thread, :mod:`malamute_pack.journal.reader`; its opening and recovery,
 :mod:`malamute_pack.journal.opening`; or a journal file read offline,
@@ -11,20 +11,21 @@ A stream name SQLite cannot take (not valid UTF-8) has nothing stored: its
 records were dropped as they came, so a read of it finds nothing.
 
 Tests: ``tests/unit/test_journal_reads.py``, ``tests/unit/test_journal_origin.py``,
-``tests/system/test_spark_units.py``.
+``tests/unit/test_journal_last_values.py``, ``tests/system/test_spark_units.py``.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from bisect import bisect_left
+from collections.abc import Mapping
 from functools import partial
 from itertools import accumulate, repeat
-from operator import add, itemgetter
+from operator import add, attrgetter, itemgetter
 from typing import Any, Final, cast
 
 from malamute_pack.protocol.chunks import ChunkRow, decode_frames
-from malamute_pack.protocol.records import QueuedRecord, StreamRecord, StreamRow
+from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, StreamRecord, StreamRow
 
 # A queued record's columns, in the order of QueuedRecord's fields.
 QUEUED_COLUMNS: Final = (
@@ -63,6 +64,7 @@ _IDS_PER_QUERY = 500
 _FIRST_BLOCK: Final = 64
 _MAX_BLOCK: Final = 1024
 _CONTENT: Final = itemgetter(4)
+_SEQ: Final = attrgetter("seq")
 # What a row counts for besides its content, towards a chunk's byte cap.
 _ROW_OVERHEAD: Final = 64
 # A row of RANGE as a ChunkRow, made in C (its fields are in ChunkRow's order).
@@ -194,6 +196,63 @@ def stream_records(
     ]
 
 
+# The records a stream keeps as last values, in sequence order (SQLite walks
+# the subquery's numbers in order: no sort).
+_LAST_VALUES: Final = (
+    "SELECT subject, seq, ts, sender, content, origin, origin_seq FROM stream_messages "
+    "WHERE stream = ?1 AND seq IN (SELECT seq FROM stream_last_values WHERE stream = ?1)"
+)
+_RECORD_AT: Final = (
+    "SELECT subject, seq, ts, sender, content, origin, origin_seq "
+    "FROM stream_messages WHERE stream = ? AND seq = ?"
+)
+
+
+def last_values(
+    conn: sqlite3.Connection, stream: str, through: int, older: Mapping[str, int]
+) -> list[StreamRecord]:
+    """
+    The latest record of each subject of the last-value stream ``stream``
+    as of sequence number ``through``, in sequence order, in one read
+    transaction. A subject whose kept record is later than ``through``
+    gets its record ``older`` names (what the writer noted it was as of
+    ``through``), if that one is still stored; without one it is left
+    out (it had no record by ``through``).
+    """
+    records: list[StreamRecord] = []
+    later: list[int] = []
+    conn.execute("BEGIN")
+    try:
+        for subject, seq, ts, sender, content, origin, oseq in conn.execute(
+            _LAST_VALUES, (stream,)
+        ):
+            if seq <= through:
+                records.append(
+                    StreamRecord(
+                        stream, seq, ts, sender, subject, decode_frames(content), origin, oseq
+                    )
+                )
+            elif (before := older.get(subject)) is not None:
+                later.append(before)
+        for seq in later:
+            row = conn.execute(_RECORD_AT, (stream, seq)).fetchone()
+            if row is not None:  # else pruned meanwhile: it was superseded anyway
+                subject, seq, ts, sender, content, origin, oseq = row
+                records.append(
+                    StreamRecord(
+                        stream, seq, ts, sender, subject, decode_frames(content), origin, oseq
+                    )
+                )
+    except UnicodeEncodeError:  # a stream name SQLite cannot take: nothing stored
+        records = []
+        later = []
+    finally:
+        conn.execute("COMMIT")
+    if later:
+        records.sort(key=_SEQ)
+    return records
+
+
 def full_rows(
     conn: sqlite3.Connection, stream: str, from_seq: int, to_seq: int, limit: int
 ) -> list[StreamRow]:
@@ -290,3 +349,14 @@ def owners_page(
             f"{select} WHERE address > ? ORDER BY address LIMIT ?", (after, limit)
         )
     return [(str(a), str(u), float(c)) for a, u, c in cursor.fetchall()]
+
+
+def consumers(conn: sqlite3.Connection) -> list[ConsumerPosition]:
+    """Every consumer position kept, least recently used first."""
+    cursor = conn.execute(
+        "SELECT stream, kind, name, seq, acked, updated FROM stream_consumers ORDER BY updated"
+    )
+    return [
+        ConsumerPosition(str(st), str(k), str(n), int(q), bytes(a), float(u))
+        for st, k, n, q, a, u in cursor.fetchall()
+    ]

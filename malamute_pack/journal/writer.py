@@ -28,6 +28,14 @@ security state after a reload). A claim or a delete is written with
 ``queue_synchronous``: each is a decision (who owns an address, what an
 operator removed), as durable as a letter.
 
+Last-value streams (:mod:`malamute_pack.journal.last_values`): a batch that
+holds records of a stream compacted by subject keeps their subjects' last
+values in its transaction; a L{CompactSet} (the streams compacted, in the
+order of writes, so a pair's partner keeps the same last values) turns
+compaction on (rebuilding from the records retained) and off, and a
+L{LastValuesMark} starts noting, from its place in the order of writes,
+what a snapshot being read needs of the updates that follow it.
+
 It also keeps the ``streams`` and ``journal_counters`` high-water marks in
 step (a failed batch's sequence numbers are saved with the next batch that
 commits, so they are not handed out again after a restart; a mark that
@@ -56,10 +64,16 @@ from twisted.logger import Logger
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError, storage_failure
+from malamute_pack.journal.last_values import Capture, LastValues, Pending
 from malamute_pack.journal.retention import PruneStep, prune_step
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
 from malamute_pack.protocol.chunks import encode_frames
-from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
+from malamute_pack.protocol.records import (
+    ConsumerPosition,
+    QueuedRecord,
+    RetentionPolicy,
+    StreamRow,
+)
 
 DurableCallback: TypeAlias = Callable[[JournalError | None], None]
 
@@ -72,6 +86,13 @@ _INSERT_STREAM: Final = (
 # released once per chunk, not once per message (per-row release makes the
 # writer and the reactor hand the GIL back and forth for every message).
 _ROWS_PER_INSERT: Final = 128
+
+_UPSERT_CONSUMER: Final = (
+    "INSERT INTO stream_consumers (stream, kind, name, seq, acked, updated)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream, kind, name) DO UPDATE SET"
+    " seq = excluded.seq, acked = excluded.acked, updated = excluded.updated"
+)
+_DELETE_CONSUMER: Final = "DELETE FROM stream_consumers WHERE stream = ? AND kind = ? AND name = ?"
 
 
 def _chunked(single: str, rows: int = _ROWS_PER_INSERT) -> str:
@@ -216,6 +237,16 @@ def _delete_records(conn: sqlite3.Connection, delete: StreamDelete) -> None:
     delete.deleted, delete.freed = int(count), int(size)
 
 
+def _written(
+    rows: Sequence[StreamRow | None], appends: Sequence[StreamAppend | None]
+) -> Iterator[StreamRow]:
+    """The stream records of ``rows`` and ``appends`` that were written (not None)."""
+    return chain(
+        (row for row in rows if row is not None),
+        chain.from_iterable(append.rows for append in appends if append is not None),
+    )
+
+
 def _write_append(conn: sqlite3.Connection, append: StreamAppend) -> None:
     """An append's records, its key, and the keys it makes the journal forget."""
     _insert_all(conn, _INSERT_STREAM, append.rows)
@@ -265,6 +296,26 @@ class OwnerClaim:
 
 
 @dataclass(slots=True)
+class ConsumerSave:
+    """
+    Save a consumer's ``position`` (``forget``: delete it); ``on_durable``
+    (if any) once that commits or fails.
+    """
+
+    position: ConsumerPosition
+    forget: bool = False
+    on_durable: DurableCallback | None = None
+
+
+def _write_consumer(conn: sqlite3.Connection, op: ConsumerSave) -> None:
+    p = op.position
+    if op.forget:
+        conn.execute(_DELETE_CONSUMER, (p.stream, p.kind, p.name))
+    else:
+        conn.execute(_UPSERT_CONSUMER, (p.stream, p.kind, p.name, p.seq, p.acked, p.updated))
+
+
+@dataclass(slots=True)
 class StreamDelete:
     """
     Delete the records of ``stream`` up to ``through`` (an operator's
@@ -291,6 +342,21 @@ class RetentionSet:
 
     retention: RetentionPolicy
     per_stream: dict[str, RetentionPolicy]
+
+
+@dataclass(slots=True)
+class CompactSet:
+    """
+    Compact exactly ``streams`` by subject from here on (last-value
+    streams): a stream turned on gets its last values from its retained
+    records, every one of them with ``rebuild`` (a pair's partner catching
+    up); one turned off loses them. ``on_durable`` (if any) once that
+    commits or fails.
+    """
+
+    streams: frozenset[str]
+    rebuild: bool = False
+    on_durable: DurableCallback | None = None
 
 
 @dataclass(slots=True)
@@ -349,11 +415,27 @@ WriteOp: TypeAlias = (
     | QueuedRemove
     | StreamAppend
     | OwnerClaim
+    | ConsumerSave
     | StreamDelete
     | RetentionSet
+    | CompactSet
     | PartnerNote
 )
-Control: TypeAlias = Prune | Barrier | Execute | Stop
+
+
+@dataclass(slots=True)
+class LastValuesMark:
+    """
+    From here in the order of writes (every write before it written),
+    note for ``capture`` the updates of its stream's last values; then
+    call ``done``.
+    """
+
+    capture: Capture
+    done: Callable[[], None]
+
+
+Control: TypeAlias = Prune | Barrier | Execute | LastValuesMark | Stop
 Operation: TypeAlias = WriteOp | Control
 # What the writer's queue carries: one operation, or a reactor turn's writes.
 Submission: TypeAlias = Operation | list[WriteOp]
@@ -408,6 +490,12 @@ class _Prepared:
     appends: list[StreamAppend] = field(default_factory=list)
     claims: list[tuple[str, str, float]] = field(default_factory=list)
     deletes: list[StreamDelete] = field(default_factory=list)
+    consumers: list[ConsumerSave] = field(default_factory=list)
+    # Each change of the compacted streams, with how many of the rows and
+    # appends came before it.
+    compactions: list[tuple[CompactSet, int, int]] = field(default_factory=list)
+    # What the transaction changes of the last-value streams.
+    kept: Pending = field(default_factory=Pending)
 
 
 @dataclass(slots=True)
@@ -465,6 +553,10 @@ class JournalWriter:
         self._unsaved_queued_last = 0
         # Prunes in arrival order; the first is under way.
         self._prune_jobs: deque[_PruneJob] = deque()
+        # The last-value streams, as the file holds them (read here, before
+        # the thread starts: nothing else uses the connection yet).
+        self.last_values = LastValues(config.last_value_subjects)
+        self.last_values.load(conn)
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
 
     def start(self) -> None:
@@ -485,7 +577,7 @@ class JournalWriter:
         item = self._queue.get(block, timeout)
         if isinstance(item, list):
             return item
-        if isinstance(item, Prune | Barrier | Execute | Stop):
+        if isinstance(item, Prune | Barrier | Execute | LastValuesMark | Stop):
             return item
         return [item]
 
@@ -538,6 +630,10 @@ class JournalWriter:
         if isinstance(op, Execute):
             self._execute(op)
             return False
+        if isinstance(op, LastValuesMark):
+            self.last_values.captures.append(op.capture)
+            self._call_from_thread(op.done)
+            return False
         # Prunes still under way stop where they are: retention is not durability.
         while self._prune_jobs:
             job = self._prune_jobs.popleft()
@@ -566,6 +662,8 @@ class JournalWriter:
             error = JournalError.wrap(exc, self._path, "running statements")
             self._call_from_thread(op.done, error, [])
             return
+        if op.statements:  # they may have removed records below retention's floors
+            self.last_values.forget_floors()
         self._call_from_thread(op.done, None, results)
 
     def _set_synchronous(self, level: int) -> None:
@@ -599,6 +697,8 @@ class JournalWriter:
         appends: list[StreamAppend] = []
         claims: list[tuple[str, str, float]] = []
         deletes: list[StreamDelete] = []
+        consumers: list[ConsumerSave] = []
+        compactions: list[tuple[CompactSet, int, int]] = []
         level = -1
         written_bytes = 0
         for op in batch:
@@ -660,6 +760,13 @@ class JournalWriter:
             elif type(op) is StreamDelete:
                 deletes.append(op)
                 level = max(level, self._queue_level)
+            elif type(op) is ConsumerSave:
+                # As durable as the stream records it points into, no more.
+                consumers.append(op)
+                level = max(level, self._stream_level)
+            elif type(op) is CompactSet:
+                compactions.append((op, len(stream_rows), len(appends)))
+                level = max(level, self._queue_level)
             # RetentionSet, PartnerNote: nothing to write.
         for stream, (last, _, _) in stream_stats.items():
             self._unsaved_stream_last[stream] = last
@@ -678,6 +785,8 @@ class JournalWriter:
             appends,
             claims,
             deletes,
+            consumers,
+            compactions,
         )
 
     def _commit(self, p: _Prepared) -> BatchOutcome:
@@ -702,9 +811,18 @@ class JournalWriter:
             appended += len(append.rows)
         if p.claims:
             conn.executemany(UPSERT_OWNER, p.claims)
+        for consumer in p.consumers:
+            _write_consumer(conn, consumer)
+        last_values = self.last_values
+
+        def change(op: CompactSet, upto: dict[str, int]) -> None:
+            last_values.change(conn, op.streams, op.rebuild, p.kept, upto)
+
+        self._keep_last_values(p, p.stream_rows, p.appends, change)
         # After every record of the batch: a delete covers those before it.
         for delete in p.deletes:
             _delete_records(conn, delete)
+            last_values.deleted(conn, delete.stream, delete.through, p.kept)
         self._finish(p)
         return BatchOutcome(
             operations=p.operations,
@@ -713,7 +831,9 @@ class JournalWriter:
             stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
             callbacks=p.callbacks
             + [append.on_durable for append in p.appends]
-            + [d.on_durable for d in p.deletes if d.on_durable is not None],
+            + [d.on_durable for d in p.deletes if d.on_durable is not None]
+            + [c.on_durable for c in p.consumers if c.on_durable is not None]
+            + [c.on_durable for c, _, _ in p.compactions if c.on_durable is not None],
             error=None,
             refused=p.refused,
         )
@@ -724,6 +844,7 @@ class JournalWriter:
         cannot be written by itself; raises if the storage fails.
         """
         conn = self._conn
+        p.kept = Pending()  # the first try's changes were rolled back
         self._set_synchronous(p.level)
         conn.execute("BEGIN")
         bad_streams = _insert_isolated(conn, _INSERT_STREAM, p.stream_rows)
@@ -742,6 +863,12 @@ class JournalWriter:
                 )
         refused = list(p.refused)
         appended: list[DurableCallback] = []
+        # The stream records and appends written (None: not), for their last values.
+        written_rows = [
+            row if problem is None else None
+            for row, problem in zip(p.stream_rows, bad_streams, strict=True)
+        ]
+        written_appends: list[StreamAppend | None] = []
         for append in p.appends:
             try:
                 with _savepoint(conn):  # all of an append or none of it
@@ -752,11 +879,13 @@ class JournalWriter:
                 stream, key = append.key[:2]
                 what = f"stream {stream!r} append {key!r}"
                 refused.append((append.on_durable, JournalError.refused(exc, self._path, what)))
+                written_appends.append(None)
                 continue
             appended.append(append.on_durable)
             counts = written_stats.setdefault(append.key[0], [0, 0])
             counts[0] += len(append.rows)
             counts[1] += append.bytes
+            written_appends.append(append)
         for stream, last in self._unsaved_stream_last.items():
             count, size = written_stats.get(stream, (0, 0))
             try:
@@ -779,10 +908,28 @@ class JournalWriter:
                     error=exc,
                 )
         deleted: list[DurableCallback] = []
+        last_values = self.last_values
+
+        def change(op: CompactSet, upto: dict[str, int]) -> None:
+            try:
+                with _savepoint(conn):
+                    last_values.change(conn, op.streams, op.rebuild, p.kept, upto)
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                if op.on_durable is not None:
+                    error = JournalError.refused(exc, self._path, "changing last-value streams")
+                    refused.append((op.on_durable, error))
+                return
+            if op.on_durable is not None:
+                deleted.append(op.on_durable)
+
+        self._keep_last_values(p, written_rows, written_appends, change)
         for delete in p.deletes:
             try:
                 with _savepoint(conn):
                     _delete_records(conn, delete)
+                    last_values.deleted(conn, delete.stream, delete.through, p.kept)
             except Exception as exc:
                 if storage_failure(exc):
                     raise
@@ -792,6 +939,21 @@ class JournalWriter:
                 continue
             if delete.on_durable is not None:
                 deleted.append(delete.on_durable)
+        for consumer in p.consumers:
+            try:
+                with _savepoint(conn):
+                    _write_consumer(conn, consumer)
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                what = f"consumer {consumer.position.name!r} of {consumer.position.stream!r}"
+                if consumer.on_durable is not None:
+                    refused.append(
+                        (consumer.on_durable, JournalError.refused(exc, self._path, what))
+                    )
+                continue
+            if consumer.on_durable is not None:
+                deleted.append(consumer.on_durable)
         self._finish(p)
         callbacks: list[DurableCallback] = []
         written = sum(counts[1] for counts in written_stats.values())
@@ -812,6 +974,39 @@ class JournalWriter:
             dropped=dropped,
         )
 
+    def _keep_last_values(
+        self,
+        p: _Prepared,
+        rows: Sequence[StreamRow | None],
+        appends: Sequence[StreamAppend | None],
+        change: Callable[[CompactSet, dict[str, int]], None],
+    ) -> None:
+        """
+        Keep the last values of ``p``'s records (``rows`` and ``appends``,
+        None for one that was not written), in the order of writes with
+        its changes of the compacted streams, each made by ``change`` with
+        the sequence number each stream's rebuild goes up to (the records
+        after the change are kept after it): whatever the batches, the
+        same last values.
+        """
+        last_values = self.last_values
+        conn = self._conn
+        if not p.compactions:
+            if last_values.involved(p.stream_stats):
+                last_values.keep(conn, _written(rows, appends), p.kept)
+            return
+        rows_from = appends_from = 0
+        for op, rows_at, appends_at in p.compactions:
+            before = _written(rows[rows_from:rows_at], appends[appends_from:appends_at])
+            last_values.keep(conn, before, p.kept)
+            upto: dict[str, int] = {}
+            for row in _written(rows[rows_at:], appends[appends_at:]):
+                if row[1] <= upto.get(row[0], row[1]):
+                    upto[row[0]] = row[1] - 1
+            change(op, upto)
+            rows_from, appends_from = rows_at, appends_at
+        last_values.keep(conn, _written(rows[rows_from:], appends[appends_from:]), p.kept)
+
     def _finish(self, p: _Prepared) -> None:
         """
         End ``p``'s transaction: save the id high-water mark, delete what
@@ -823,6 +1018,7 @@ class JournalWriter:
         if p.removed:
             conn.executemany(_DELETE_QUEUED, p.removed)
         conn.execute("COMMIT")
+        self.last_values.committed(p.kept)
         self._unsaved_stream_last.clear()
         self._unsaved_queued_last = 0
 
@@ -843,7 +1039,7 @@ class JournalWriter:
             elif type(op) is StreamAppend:
                 callbacks.append(op.on_durable)
                 stream_last[op.key[0]] = op.key[3]
-            elif type(op) is StreamDelete and op.on_durable is not None:
+            elif isinstance(op, StreamDelete | CompactSet) and op.on_durable is not None:
                 callbacks.append(op.on_durable)
         for stream, last in stream_last.items():
             self._unsaved_stream_last[stream] = max(last, self._unsaved_stream_last.get(stream, 0))
@@ -867,10 +1063,12 @@ class JournalWriter:
                 job.request.now,
                 self.config.prune_chunk_rows,
                 job.resume_from,
+                self.last_values.streams,
             )
             self._conn.execute("COMMIT")
         except Exception as exc:
             self._rollback()
+            self.last_values.forget_floors()  # moved on in the step rolled back
             self._prune_jobs.popleft()
             error = JournalError.wrap(exc, self._path, "pruning streams")
             self._call_from_thread(self._on_prune, PruneOutcome(0, {}, True, error))

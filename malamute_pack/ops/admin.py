@@ -1,12 +1,13 @@
 """
 What an operator may do to a running broker (the management API's admin
 actions): purge a mailbox or a service queue, delete a stream's retained
-records, disconnect a client, change retention. Each acts on the model
-and the journal as the broker itself would, and returns what it did as a
-JSON-ready dict; a name that does not exist is an L{AdminError}. A
-stream's delete and a retention change are writes of the journal, so a
-pair's active ships them to its partner like its records (purges remove
-letters, which it ships too).
+records, disconnect a client, change retention, make a stream a
+last-value stream or not. Each acts on the model and the journal as the
+broker itself would, and returns what it did as a JSON-ready dict; a name
+that does not exist is an L{AdminError}. A stream's delete, a retention
+change and a compaction change are writes of the journal, so a pair's
+active ships them to its partner like its records (purges remove letters,
+which it ships too).
 
 Tests: ``tests/unit/test_ops_admin.py``.
 """
@@ -24,6 +25,7 @@ from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.letters import LetterQueue
 from malamute_pack.broker.machine import Unresponsive
 from malamute_pack.journal import Journal, RetentionPolicy
+from malamute_pack.journal.feature import SUBJECT
 from malamute_pack.ops.stats import client_id
 
 _log = Logger()
@@ -31,6 +33,11 @@ _log = Logger()
 UNTIL_RESTART = (
     "in effect until the broker restarts: set it in the config file"
     " (malamute/journal/retention/..., malamute/journal/streams/NAME/...) to keep it"
+)
+
+UNTIL_RESTART_COMPACT = (
+    "in effect until the broker restarts: set it in the config file"
+    " (malamute/streams/NAME/compact = subject) to keep it"
 )
 
 
@@ -184,6 +191,51 @@ class Admin:
             "previous": _policy(before),
             "until_restart": True,
             "note": UNTIL_RESTART,
+        }
+
+    def set_compaction(self, stream: str, compact: str) -> dict[str, Any]:
+        """
+        Make C{stream} a last-value stream (C{compact} C{"subject"}: the
+        journal keeps each subject's latest record, built at once from the
+        records retained) or an ordinary one (C{""}: its last values are
+        forgotten), in the order of writes (a pair's partner follows),
+        until the broker restarts.
+        """
+        journal = self._journal
+        if journal is None:
+            raise AdminError("no journal: the broker retains no stream records")
+        if compact not in (SUBJECT, ""):
+            raise AdminError(
+                f"compact must be {SUBJECT!r} (keep each subject's latest record) or ''"
+                f" (not compacted), not {compact!r}"
+            )
+        if not (stream in self._broker.streams.streams or journal.last_seq(stream)):
+            raise AdminError(f"no stream {stream!r}")
+        before = SUBJECT if journal.compacted(stream) else ""
+
+        def done(kept: int) -> None:
+            _log.info(
+                "admin: stream {stream!r} is now {what} ({kept} last values; until the broker"
+                " restarts)",
+                stream=stream,
+                what="a last-value stream" if compact else "not compacted",
+                kept=kept,
+            )
+
+        def failed(failure: Failure) -> None:
+            _log.error(
+                "admin: changing the compaction of stream {stream!r} failed: {error}",
+                stream=stream,
+                error=failure.value,
+            )
+
+        journal.set_compaction(stream, compact == SUBJECT).addCallbacks(done, failed)
+        return {
+            "stream": stream,
+            "compact": compact,
+            "previous": before,
+            "until_restart": True,
+            "note": UNTIL_RESTART_COMPACT,
         }
 
     # Clients

@@ -8,7 +8,8 @@ C{GET /healthz} and C{GET /readyz} (for supervisors; never
 authenticated), C{GET /} the dashboard page and C{GET /dashboard/FILE}
 its static files (C{malamute_pack/ops/dashboard/}), and the admin
 actions, C{POST /api/mailboxes/NAME/purge}, C{/api/services/NAME/purge},
-C{/api/streams/NAME/delete}, C{/api/streams/NAME/retention} and
+C{/api/streams/NAME/delete}, C{/api/streams/NAME/retention},
+C{/api/streams/NAME/compact} (C{"compact": "subject"} or C{""}) and
 C{/api/clients/ID/disconnect}, each with a JSON body that must say
 C{"confirm": true} (else 400 saying what it would do).
 
@@ -329,10 +330,13 @@ _ACTIONS: Final = frozenset(
         ("services", "purge"),
         ("streams", "delete"),
         ("streams", "retention"),
+        ("streams", "compact"),
         ("clients", "disconnect"),
     }
 )
 _RETENTION_KEYS: Final = ("max_age_s", "max_bytes", "max_records")
+# What each action's body may say besides "confirm".
+_BODY_KEYS: Final = {"retention": _RETENTION_KEYS, "compact": ("compact",)}
 
 
 class _BadRequest(Exception):
@@ -386,17 +390,18 @@ class _Api(_Leaf):
             )
         body = _body(request)
         retention = _retention(body) if action == "retention" else {}
-        unknown = set(body) - {"confirm", *(_RETENTION_KEYS if action == "retention" else ())}
+        unknown = set(body) - {"confirm", *_BODY_KEYS.get(action, ())}
         if unknown:
             raise _BadRequest(http.BAD_REQUEST, f"unknown key {sorted(unknown)[0]!r} in the body")
+        compact = _compact(body) if action == "compact" else ""
         if body.get("confirm") is not True:
             raise _BadRequest(
                 http.BAD_REQUEST,
                 'not done: say {"confirm": true} to do it',
-                would=self._describe(collection, name, action, retention),
+                would=self._describe(collection, name, action, retention, compact),
             )
         try:
-            done = self._do(collection, name, action, retention)
+            done = self._do(collection, name, action, retention, compact)
         except AdminError as e:
             # Admin says "no mailbox 'x'" (and so on) for a name it does not know.
             code = http.NOT_FOUND if str(e).startswith("no ") else http.BAD_REQUEST
@@ -412,7 +417,12 @@ class _Api(_Leaf):
         return _json(request, http.OK, {"done": action, "target": name, **done})
 
     def _do(
-        self, collection: str, name: str, action: str, retention: dict[str, float | int | None]
+        self,
+        collection: str,
+        name: str,
+        action: str,
+        retention: dict[str, float | int | None],
+        compact: str,
     ) -> dict[str, Any]:
         admin = self._admin
         if collection == "mailboxes":
@@ -423,6 +433,8 @@ class _Api(_Leaf):
             return admin.disconnect(name)
         if action == "delete":
             return admin.delete_stream(name)
+        if action == "compact":
+            return admin.set_compaction(name, compact)
         max_age = retention.get("max_age_s")
         max_bytes = retention.get("max_bytes")
         max_records = retention.get("max_records")
@@ -434,7 +446,12 @@ class _Api(_Leaf):
         )
 
     def _describe(
-        self, collection: str, name: str, action: str, retention: dict[str, float | int | None]
+        self,
+        collection: str,
+        name: str,
+        action: str,
+        retention: dict[str, float | int | None],
+        compact: str,
     ) -> str:
         """What the action would do, with the target's current figures if it is listed."""
         entry = self._find(collection, name)
@@ -457,6 +474,13 @@ class _Api(_Leaf):
                     f" {entry.get('retained_bytes')} bytes)"
                 )
             return what
+        if action == "compact":
+            if compact:
+                return (
+                    f"make the stream {name!r} a last-value stream (keep each subject's latest"
+                    " record), until the broker restarts"
+                )
+            return f"make the stream {name!r} not compacted (forget its last values)"
         limits = ", ".join(f"{k} = {json.dumps(retention.get(k))}" for k in _RETENTION_KEYS)
         return f"set the retention of the stream {name!r} to {limits} (null: as it is; 0: no limit)"
 
@@ -492,6 +516,17 @@ def _body(request: _Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise _BadRequest(http.BAD_REQUEST, "the body must be a JSON object")
     return body
+
+
+def _compact(body: Mapping[str, Any]) -> str:
+    """The compaction a body gives: C{"subject"} or C{""} (not compacted)."""
+    value = body.get("compact")
+    if value not in ("subject", ""):
+        raise _BadRequest(
+            http.BAD_REQUEST,
+            f'compact must be "subject" (a last-value stream) or "" (not compacted): {value!r}',
+        )
+    return str(value)
 
 
 def _retention(body: Mapping[str, Any]) -> dict[str, float | int | None]:

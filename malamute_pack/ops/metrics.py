@@ -74,11 +74,29 @@ _STREAM_COLUMNS: Final[Sequence[_Column]] = (
     ("retained_records", "retained_records", False, "Records the journal keeps.", "sum"),
     ("retained_bytes", "retained_bytes", False, "Bytes the journal keeps.", "sum"),
     ("last_seq", "last_sequence", False, "The stream's last sequence number.", "max"),
+    (
+        "last_values",
+        "last_values",
+        False,
+        "Subjects whose latest record a last-value stream keeps.",
+        "sum",
+    ),
+    (
+        "last_values_not_kept",
+        "last_values_not_kept",
+        True,
+        "Records of new subjects past the limit, not kept as last values.",
+        "sum",
+    ),
 )
 _MAILBOX_COLUMNS: Final[Sequence[_Column]] = (
     ("depth", "depth", False, "Letters waiting in the mailbox.", "sum"),
     ("bytes", "bytes", False, "Bytes waiting in the mailbox.", "sum"),
     ("oldest_s", "oldest_seconds", False, "Age of the oldest letter waiting.", "max"),
+)
+_CONSUMER_COLUMNS: Final[Sequence[_Column]] = (
+    ("position", "position", False, "The last record the consumer acknowledged.", "max"),
+    ("lag", "lag", False, "Records written after the consumer's position.", "sum"),
 )
 _SERVICE_COLUMNS: Final[Sequence[_Column]] = (
     ("depth", "depth", False, "Requests queued for the service.", "sum"),
@@ -207,6 +225,13 @@ class StatisticsCollector(Collector):
             "service",
             bounded(statistics.services(), "name", _SERVICE_COLUMNS),
             _SERVICE_COLUMNS,
+        )
+        consumers = [{**c, "name": f"{c['stream']}/{c['name']}"} for c in statistics.consumers()]
+        yield from _families(
+            "consumer",
+            "consumer",
+            bounded(consumers, "name", _CONSUMER_COLUMNS),
+            _CONSUMER_COLUMNS,
         )
         yield from self._clients(statistics.clients())
         yield from self._journal(statistics.journal())

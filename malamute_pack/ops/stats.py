@@ -47,6 +47,7 @@ SECTIONS: Final = (
     "streams",
     "mailboxes",
     "services",
+    "consumers",
     "journal",
     "limits",
     "pack",
@@ -227,6 +228,7 @@ class Statistics:
             "streams": self.streams,
             "mailboxes": self.mailboxes,
             "services": self.services,
+            "consumers": self.consumers,
             "journal": self.journal,
             "limits": self.limits,
             "pack": self.pack_status,
@@ -309,9 +311,17 @@ class Statistics:
             first: int | None = None
             records: int | None = 0
             size: int | None = 0
+            # A last-value stream's (docs/protocol.md): its subjects kept, and
+            # the records of new subjects past the limit not kept.
+            compact: str | None = None
+            last_values: int | None = None
+            not_kept: int | None = None
             if journal is not None:
                 first = journal.first_seq(name)
                 records, size = self._totals.get(name, (None, None))
+                compact = "subject" if journal.compacted(name) else ""
+                if compact:
+                    last_values, not_kept = journal.last_value_stats(name)
             found.append(
                 {
                     "name": name,
@@ -324,6 +334,9 @@ class Statistics:
                     "last_seq": last,
                     "retained_records": records,
                     "retained_bytes": size,
+                    "compact": compact,
+                    "last_values": last_values,
+                    "last_values_not_kept": not_kept,
                 }
             )
         return found
@@ -347,6 +360,23 @@ class Statistics:
                 "connected": holder(address) is not None,
             }
             for address, queue in sorted(self._broker.post.mailboxes.items())
+        ]
+
+    def consumers(self) -> list[dict[str, Any]]:
+        """The consumers the broker remembers: position, lag, idle time and holder."""
+        now = self._clock.seconds()
+        return [
+            {
+                "stream": view.stream,
+                "name": view.name,
+                "kind": view.kind,
+                "position": view.position,
+                "last": view.last,
+                "lag": view.lag,
+                "idle_s": max(0.0, now - view.updated),
+                "connected": view.holder is not None,
+            }
+            for view in self._broker.consumers.views()
         ]
 
     def services(self) -> list[dict[str, Any]]:

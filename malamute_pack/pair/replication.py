@@ -37,7 +37,9 @@ The protocol:
    number in the active's heartbeat makes the passive say HELLO again.
 
 Besides the journal's records and letters, the writes carry the owners of
-addresses, an operator's stream deletes and retention changes, and, after
+addresses, an operator's stream deletes and retention changes, the
+last-value streams (every catch-up sends them, and the passive rebuilds
+their last values from what it then retains), and, after
 each reload of the security files on the active, the clients' security
 state (passwords, CURVE clients, access rules): the passive installs that
 one in memory (L{Replica.on_security}), never on its disk; every catch-up
@@ -64,6 +66,8 @@ from malamute_pack.broker.access import AccessPolicy, Glob, Right
 from malamute_pack.journal.journal import Journal
 from malamute_pack.journal.schema import QUEUED_LAST_ID
 from malamute_pack.journal.writer import (
+    CompactSet,
+    ConsumerSave,
     OwnerClaim,
     PartnerNote,
     QueuedRemove,
@@ -185,9 +189,15 @@ def _changes(ops: Sequence[WriteOp]) -> list[wire.Change]:
         elif kind is StreamDelete:
             assert isinstance(op, StreamDelete)
             changes.append(wire.StreamDeleted(op.stream, op.through))
+        elif kind is ConsumerSave:
+            assert isinstance(op, ConsumerSave)
+            changes.append(wire.ConsumerChanged(op.position, op.forget))
         elif kind is RetentionSet:
             assert isinstance(op, RetentionSet)
             changes.append(wire.Retention(op.retention, dict(op.per_stream)))
+        elif kind is CompactSet:
+            assert isinstance(op, CompactSet)
+            changes.append(wire.Compaction(sorted(op.streams), op.rebuild))
         else:
             assert isinstance(op, PartnerNote)
             changes.append(op.change)  # type: ignore[arg-type]
@@ -202,7 +212,10 @@ def _size(op: WriteOp) -> int:
         return _OP_OVERHEAD * (1 + len(op.rows)) + op.bytes
     if isinstance(op, OwnerClaim):
         return _OP_OVERHEAD + len(op.address) + len(op.user)
-    if isinstance(op, QueuedRemove | StreamDelete | RetentionSet | PartnerNote):
+    if isinstance(op, ConsumerSave):
+        p = op.position
+        return _OP_OVERHEAD + len(p.stream) + len(p.name) + len(p.acked)
+    if isinstance(op, QueuedRemove | StreamDelete | RetentionSet | CompactSet | PartnerNote):
         return _OP_OVERHEAD
     return _OP_OVERHEAD + op[6]  # a stream row: its content's size
 
@@ -237,6 +250,10 @@ def _operation(change: wire.Change) -> WriteOp | None:
         return StreamDelete(change.stream, change.through)
     if isinstance(change, wire.Retention):
         return RetentionSet(change.default, dict(change.streams))
+    if isinstance(change, wire.Compaction):
+        return CompactSet(frozenset(change.streams), change.rebuild)
+    if isinstance(change, wire.ConsumerChanged):
+        return ConsumerSave(change.position, change.forget)
     return None
 
 
@@ -519,7 +536,9 @@ class ReplicationSource:
         # What is in force now (later changes are shipped after this).
         config = journal.config
         state: list[wire.Change] = [
-            wire.Retention(config.retention, dict(config.per_stream_retention))
+            wire.Retention(config.retention, dict(config.per_stream_retention)),
+            # Rebuilt there from what it retains once cut back to this history.
+            wire.Compaction(sorted(config.compacted), rebuild=True),
         ]
         security = self.security()
         if security is not None:
@@ -536,6 +555,12 @@ class ReplicationSource:
             if final:
                 break
             after = owners[-1][0]
+        # Consumer positions: a bounded table (malamute/limits/consumers), sent whole.
+        consumers = await journal.read_consumers()
+        for start in range(0, len(consumers), ITEMS_OWNERS):
+            page = consumers[start : start + ITEMS_OWNERS]
+            if not await self._items(link, [wire.ConsumerChanged(p) for p in page]):
+                return
         for stream, last in lasts.items():
             position = starts.get(stream, 0) + 1
             keys = await journal.read_append_keys(stream, position, last)
@@ -595,10 +620,12 @@ class Replica:
         self._next = 0  # the position the next SHIP must start at
         self._catching_up = False
         # What SHIPs changed during a catch-up, not to be taken from ITEMS:
-        # letters removed, records deleted (per stream, up to), owners.
+        # letters removed, records deleted (per stream, up to), owners,
+        # consumers (stream, kind, name).
         self._removed: set[int] = set()
         self._deleted: dict[str, int] = {}
         self._claimed: set[str] = set()
+        self._consumed: set[tuple[str, str, str]] = set()
         self._items_applied = 0
         self._end: int | None = None  # CATCHUP_END's position, until caught up
         self._flushing = False
@@ -685,9 +712,12 @@ class Replica:
             return
         journal = self._journal
         statements: list[tuple[str, tuple[Any, ...]]] = set_state({COMPLETE: "0"})
+        # The catch-up sends every consumer position: the copy is exact.
+        statements.append(("DELETE FROM stream_consumers", ()))
         if message.mode == wire.FULL:
             statements += [
                 ("DELETE FROM stream_messages", ()),
+                ("DELETE FROM stream_last_values", ()),
                 ("DELETE FROM stream_appends", ()),
                 ("DELETE FROM streams", ()),
                 ("DELETE FROM queued_messages", ()),
@@ -730,6 +760,7 @@ class Replica:
         self._removed = set()
         self._deleted = {}
         self._claimed = set()
+        self._consumed = set()
         self._items_applied = 0
         self._end = None
         self.stats.catchups += 1
@@ -764,6 +795,9 @@ class Replica:
                     self._deleted[op.stream] = max(self._deleted.get(op.stream, 0), op.through)
                 elif isinstance(op, OwnerClaim):
                     self._claimed.add(op.address)
+                elif isinstance(op, ConsumerSave):
+                    p = op.position
+                    self._consumed.add((p.stream, p.kind, p.name))
         self._journal.apply(ops)
         self._next += len(message.changes)
         self.stats.applied += len(message.changes)
@@ -784,6 +818,10 @@ class Replica:
                     ops.append(QueuedStore(change, _ignore))
             elif isinstance(change, wire.OwnersPage):
                 ops += self._owners_page(change)
+            elif isinstance(change, wire.ConsumerChanged):
+                p = change.position
+                if (p.stream, p.kind, p.name) not in self._consumed:
+                    ops.append(ConsumerSave(p, change.forget))
             elif isinstance(change, wire.ClientSecurity):
                 self._install(change)
             else:
@@ -879,6 +917,7 @@ class Replica:
             self._removed = set()
             self._deleted = {}
             self._claimed = set()
+            self._consumed = set()
             self._journal.execute(set_state({COMPLETE: "1"})).addCallback(
                 lambda _: self._caught_up(link, position)
             )

@@ -10,20 +10,23 @@ fields. Journal changes travel one per frame after the header, in the
 encoding of :func:`encode_change`, each frame starting with its kind byte:
 stream records (R), letters stored (Q) and removed (D), idempotent appends
 (A), append keys (K), an address's owner (O), a page of the owners table
-(P, catch-up), an operator's stream delete (X) and retention (T), and the
+(P, catch-up), an operator's stream delete (X) and retention (T), the
 clients' security state (S: passwords, CURVE keys, access rules; never
-written to the passive's disk). Integers are big-endian; a string is a
+written to the passive's disk), a consumer's position (C) and the
+last-value streams (L). Integers are big-endian; a string is a
 4-byte length and UTF-8; a float is an IEEE double. Anything that does not
 decode raises :class:`MalformedPairMessage`. Messages and changes are
 declared by layout and compiled by :mod:`malamute_pack.protocol.zproto`.
 
 Version 2 added the kinds O, P, X, T and S and CATCHUP_BEGIN's first
-retained sequence numbers. Version 3 (this one) carries an append's
+retained sequence numbers. Version 3 carries an append's
 records (A) as one block packed by column
 (:mod:`malamute_pack.protocol.rowblock`), no longer as a row frame each:
 the passive rebuilds a thousand records without running Python code for
-each. Brokers of other versions cannot pair with it: each refuses the
-other's messages, naming both versions.
+each. Version 4 (this one) adds consumer positions (C), which the
+catch-up copies as rows of their table, and the last-value streams (L).
+Brokers of other versions cannot pair with it: each refuses the other's
+messages, naming both versions.
 
 =================  ==========  ============================================
 command            direction   fields / frames
@@ -54,12 +57,17 @@ from typing import Final, TypeAlias
 from malamute_pack.protocol import zproto
 from malamute_pack.protocol.chunks import decode_frames, encode_frames
 from malamute_pack.protocol.errors import Malformed
-from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
+from malamute_pack.protocol.records import (
+    ConsumerPosition,
+    QueuedRecord,
+    RetentionPolicy,
+    StreamRow,
+)
 from malamute_pack.protocol.rowblock import decode_rows, encode_rows
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
-VERSION: Final = 3
+VERSION: Final = 4
 
 # Catch-up modes: what the passive keeps of its own journal.
 INCREMENTAL: Final = 0  # it follows this history: keep it all
@@ -201,6 +209,26 @@ class Retention:
 
 
 @dataclass(frozen=True, slots=True)
+class Compaction:
+    """
+    The last-value streams (compacted by subject) from here on: exactly
+    C{streams}; with C{rebuild} (a catch-up), each rebuilds its last values
+    from the records it retains.
+    """
+
+    streams: list[str]
+    rebuild: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerChanged:
+    """A consumer's position kept (or, with C{forget}, deleted): C{position}."""
+
+    position: ConsumerPosition
+    forget: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ClientSecurity:
     """
     The clients' security in force on the active: the PLAIN passwords
@@ -225,6 +253,8 @@ Change: TypeAlias = (
     | StreamDeleted
     | Retention
     | ClientSecurity
+    | ConsumerChanged
+    | Compaction
 )
 PairMessage: TypeAlias = (
     Heartbeat | Hello | CatchupBegin | Ship | Items | CatchupEnd | CaughtUp | Ack
@@ -233,6 +263,8 @@ PairMessage: TypeAlias = (
 _HEARTBEAT, _HELLO, _BEGIN, _SHIP, _ITEMS, _END, _CAUGHT_UP, _ACK = range(1, 9)
 _ROW, _LETTER, _REMOVED, _APPENDED, _KEY = b"RQDAK"
 _OWNER, _OWNERS, _DELETED, _RETENTION, _SECURITY = b"OPXTS"
+_CONSUMER = ord("C")
+_COMPACTION = ord("L")
 
 # Field kinds beyond zproto's own: a string here has a 4-byte length.
 _TEXT: Final = zproto.LONGSTR
@@ -335,6 +367,34 @@ _CHANGES: Final[zproto.Codec[Change]] = zproto.Codec(
             "RETENTION",
             Retention,
             (("default", _POLICY), ("streams", zproto.ListOf(zproto.Tuple(_TEXT, _POLICY), dict))),
+        ),
+        zproto.Spec(
+            _CONSUMER,
+            "CONSUMER",
+            ConsumerChanged,
+            (
+                ("forget", zproto.BOOL),
+                (
+                    "position",
+                    zproto.Record(
+                        ConsumerPosition,
+                        (
+                            ("stream", _TEXT),
+                            ("kind", _TEXT),
+                            ("name", _TEXT),
+                            ("seq", zproto.NUMBER8),
+                            ("acked", zproto.CHUNK),
+                            ("updated", zproto.REAL8),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        zproto.Spec(
+            _COMPACTION,
+            "COMPACTION",
+            Compaction,
+            (("rebuild", zproto.BOOL), ("streams", zproto.ListOf(_TEXT, list))),
         ),
         zproto.Spec(
             _SECURITY,

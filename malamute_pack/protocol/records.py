@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,28 @@ class StreamRecord(NamedTuple):
     content: Sequence[bytes]
     origin: str = ""
     origin_seq: int = 0
+
+
+# A consumer's kind (the ``stream_consumers`` table, docs/protocol.md).
+READER: Final = "reader"  # a durable named reader
+GROUP: Final = "group"  # a consumer group
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPosition:
+    """
+    Where a consumer the broker remembers is on ``stream``: every record up
+    to ``seq`` acknowledged, and (a group) the records acknowledged past it
+    in ``acked``, a serialized roaring bitmap (empty for none); ``updated``
+    when it was last used (epoch seconds).
+    """
+
+    stream: str
+    kind: str
+    name: str
+    seq: int
+    acked: bytes = b""
+    updated: float = 0.0
 
 
 class AppendKey(NamedTuple):

@@ -15,6 +15,7 @@ Its modules:
 - C{streaming}: streaming reads: offsets and micro-batches.
 - C{partitions}: splitting sequence ranges into partitions, and admission.
 - C{reading}: reading one partition into Arrow record batches.
+- C{last_values}: C{lastValues} reads: the latest record of each subject.
 - C{schema}: the rows as Spark sees them and as Arrow batches.
 - C{fields}: the C{fields} column of field-style subjects.
 - C{journal_file}: a journal file read directly, offline.

@@ -7,7 +7,9 @@ parallel (:mod:`malamute_pack.spark.reading`).
 
 ``end`` is exclusive, and never past what the stream had durably written
 when the read was planned: records written later are not read, so every
-partition's range is fixed when the job starts.
+partition's range is fixed when the job starts. With ``lastValues`` each
+stream is one partition that keeps the latest record of each subject
+(:mod:`malamute_pack.spark.last_values`).
 
 Tests: ``tests/system/test_spark.py``.
 """
@@ -20,6 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from malamute_pack.spark.journal_file import JournalFile
+from malamute_pack.spark.last_values import LastValuesPartition, read_last_values
 from malamute_pack.spark.options import ReadOptions
 from malamute_pack.spark.partitions import Span, split_spans
 from malamute_pack.spark.reading import (
@@ -76,10 +79,19 @@ class MalamuteReader(DataSourceReader):
         options = self.options
         with open_source(options.target) as source:
             spans = plan_spans(source, options)
+        if options.last_values:
+            return [
+                LastValuesPartition(
+                    options.target, span.stream, span.first, span.last, options.pattern
+                )
+                for span in spans
+            ] or [RangePartition(options.target, "", 1, 0)]
         pieces = range_partitions(options, spans)
         # Spark reads a placeholder partition of its own when given none.
         return pieces or [RangePartition(options.target, "", 1, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, LastValuesPartition):
+            return read_last_values(partition)
         assert isinstance(partition, RangePartition)
         return read_partition(partition)

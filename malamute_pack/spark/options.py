@@ -44,9 +44,10 @@ BATCH_READ_OPTIONS: Final = (
     "partitions",
     "rowsPerPartition",
     "failOnDataLoss",
+    "lastValues",
 )
 STREAM_READ_OPTIONS: Final = (
-    *(name for name in BATCH_READ_OPTIONS if name != "end"),
+    *(name for name in BATCH_READ_OPTIONS if name not in ("end", "lastValues")),
     "maxRowsPerBatch",
 )
 WRITE_OPTIONS: Final = (
@@ -118,6 +119,8 @@ class ReadOptions:
     file (a broker read always names its streams). ``end`` is exclusive
     (the first position not read). ``rows_per_partition`` and
     ``partitions`` count sequence numbers; exactly one is set.
+    ``last_values``: a batch read of the latest record of each subject
+    (one partition per stream).
     """
 
     target: Target
@@ -129,6 +132,7 @@ class ReadOptions:
     partitions: int | None = None
     max_rows_per_batch: int | None = None
     fail_on_data_loss: bool = True
+    last_values: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,14 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
             raise OptionError(f"option pattern {pattern!r}: {e}") from None
     if "partitions" in given and "rowsPerPartition" in given:
         raise OptionError("give partitions or rowsPerPartition, not both")
+    last_values = _boolean(given, "lastValues", False)
+    if last_values:
+        for name in ("start", "partitions", "rowsPerPartition"):
+            if name in given:
+                raise OptionError(
+                    f"option {name} does not apply with lastValues (the latest record of each"
+                    " subject among every record retained, up to end: one partition a stream)"
+                )
     partitions = _positive_int(given, "partitions")
     rows_per_partition = _positive_int(given, "rowsPerPartition")
     if partitions is None and rows_per_partition is None:
@@ -185,6 +197,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         partitions=partitions,
         max_rows_per_batch=_positive_int(given, "maxRowsPerBatch"),
         fail_on_data_loss=_boolean(given, "failOnDataLoss", True),
+        last_values=last_values,
     )
 
 

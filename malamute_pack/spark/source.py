@@ -55,6 +55,11 @@ maxRowsPerBatch    (no limit)                streaming: at most this many sequen
                                              numbers per micro-batch, shared fairly
                                              between streams; honoured by
                                              ``trigger(availableNow=True)`` too
+lastValues         ``false``                 batch reads: ``true`` reads the latest record
+                                             of each subject (a last-value stream's
+                                             snapshot), in sequence order, up to ``end``;
+                                             one partition a stream; not with start,
+                                             partitions or rowsPerPartition
 failOnDataLoss     ``true``                  records retention removed before they were
                                              read fail the query (naming the stream and
                                              the numbers); ``false``: a warning, and

@@ -54,7 +54,15 @@ _stored = mlm.header_encoder(mlm.Stored)
 
 # Commands only a version 2 session may send.
 _VERSION_2_COMMANDS: Final = frozenset(
-    {mlm.StreamReadFrom, mlm.Done, mlm.StreamQuery, mlm.StreamReadRange, mlm.StreamAppend}
+    {
+        mlm.StreamReadFrom,
+        mlm.Done,
+        mlm.StreamQuery,
+        mlm.StreamReadRange,
+        mlm.StreamAppend,
+        mlm.StreamConsume,
+        mlm.StreamCommit,
+    }
 )
 
 

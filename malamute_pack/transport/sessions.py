@@ -214,6 +214,9 @@ class MlmSession:
         answer = mlm.StreamAppended(stream, key, first, last, code, mlm.fit_string(reason))
         self._reply(mlm.encode(answer))
 
+    def committed(self, stream: str, sequence: int, code: int, reason: str) -> None:
+        self._reply(mlm.encode(mlm.StreamCommitted(stream, sequence, code, mlm.fit_string(reason))))
+
 
 class MlmSessions:
     """

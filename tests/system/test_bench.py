@@ -23,6 +23,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from malamute_pack.bench import load
 from malamute_pack.bench.__main__ import parse
 from malamute_pack.bench.scenarios import (
+    CONSUMER_SCENARIOS,
     DEFAULT_SCENARIOS,
     SCENARIOS,
     BenchError,
@@ -122,6 +123,14 @@ class FiguresTests(SynchronousTestCase):
             Result(scenario, 5, reports, journal=True, broker="ours").line(),
             "scenario=mailbox broker=ours journal=on n=5 secs=1.000 msgs_per_s=5 lost=0",
         )
+
+    def test_sharedFigures(self) -> None:
+        """A group's members share the messages: n deliveries in all, none lost."""
+        scenario = SCENARIOS["stream_group3"]
+        reports = [load.Report(received=r, last_receipt=2.0) for r in (4, 3, 3)]
+        reports.append(load.Report(sent=10, first_send=0.0))
+        figures = Result(scenario, 10, tuple(reports), journal=True).figures()
+        self.assertEqual((figures["lost"], figures["delivered_per_s"]), ("0", "5"))
 
     def test_nothingReceived(self) -> None:
         """With no receipt at all there is no duration: rates are 0 and all is lost."""
@@ -224,9 +233,14 @@ class PlanTests(SynchronousTestCase):
         )
 
     def test_defaultScenarios(self) -> None:
-        """Without --scenario, all run but latency and scale, which run only when named."""
+        """
+        Without --scenario, all run but latency, scale and the consumers',
+        which run only when named.
+        """
         self.assertEqual(list(DEFAULT_SCENARIOS), list(KEYS))
-        self.assertEqual(set(SCENARIOS) - set(DEFAULT_SCENARIOS), {"latency", "scale"})
+        self.assertEqual(
+            set(SCENARIOS) - set(DEFAULT_SCENARIOS), {"latency", "scale", *CONSUMER_SCENARIOS}
+        )
 
     def test_external(self) -> None:
         """A broker the harness did not start plays every scenario once."""
@@ -358,6 +372,21 @@ class LoadTests(SynchronousTestCase):
         report = load.count(side.link, role, load.Job(3, idle=5.0))
         self.assertEqual((report.received, report.last_receipt is not None), (3, True))
         self.assertEqual(side.received(), [mlm.Done(i, mlm.SUCCESS, "") for i in ids])
+
+    def test_countCommitsAsAConsumer(self) -> None:
+        """
+        A consumer commits every C{commit_every} records counted, and the
+        last one at the end, each by its stream and sequence number.
+        """
+        side = BrokerSide(self)
+        side.send(*(mlm.StreamRecord("s", "w", "t", seq, 0, [b"x"]) for seq in range(1, 6)))
+        role = load.Role("c", load.count, counts=mlm.StreamRecord.ID, version=2, commit_every=2)
+        report = load.count(side.link, role, load.Job(5, idle=5.0))
+        self.assertEqual(report.received, 5)
+        self.assertEqual(
+            side.received(),
+            [mlm.StreamCommit("s", 2), mlm.StreamCommit("s", 4), mlm.StreamCommit("s", 5)],
+        )
 
     def test_countOnlyCounts(self) -> None:
         """

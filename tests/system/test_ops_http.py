@@ -183,7 +183,8 @@ class OpenApiTests(TestCase):
     """A broker without a password file: every GET open, every admin action refused."""
 
     def setUp(self) -> None:
-        self.harness, self.statistics = busy_broker(self)
+        journal = Path(self.mktemp()) / "journal.sqlite"
+        self.harness, self.statistics = busy_broker(self, journal)
         self.admin = Admin(self.harness.broker, None)
         self.not_ready: list[str | None] = [None]
         site = make_site(
@@ -582,6 +583,29 @@ class JournalApiTests(TestCase):
         self.harness.settle()
         assert self.journal is not None
         self.assertEqual(self.journal.config.retention_for("weather").max_count, 1)
+
+    async def test_compact(self) -> None:
+        """
+        A compaction change is described first; confirmed, the stream is a
+        last-value stream, listed as one with its subjects kept; a value
+        other than "subject" or "" is a 400.
+        """
+        path = "/api/streams/weather/compact"
+        response = await self.served.post(path, {"compact": "subject"}, self.ALICE)
+        self.assertEqual(response.code, 400)
+        self.assertIn("last-value stream", response.json()["would"])
+        response = await self.served.post(path, {"compact": "key", "confirm": True}, self.ALICE)
+        self.assertEqual(response.code, 400)
+        self.assertIn("compact must be", response.json()["error"])
+        response = await self.served.post(path, {"compact": "subject", "confirm": True}, self.ALICE)
+        self.assertEqual(response.code, 200, response.body)
+        self.assertEqual((response.json()["compact"], response.json()["previous"]), ("subject", ""))
+        self.harness.settle()
+        assert self.journal is not None
+        self.assertTrue(self.journal.compacted("weather"))
+        response = await self.served.get("/api/streams", self.ALICE)
+        (weather,) = [s for s in response.json() if s["name"] == "weather"]
+        self.assertEqual((weather["compact"], weather["last_values"]), ("subject", 3))
 
 
 class AccessTests(SynchronousTestCase):

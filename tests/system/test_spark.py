@@ -206,6 +206,29 @@ class SparkSourceTests(SynchronousTestCase):
         from_file = self.read(journal=journal).where("stream = 'orders'").selectExpr(*COLUMNS)
         self.assertEqual([row_tuple(row) for row in from_file.collect()], expected)
 
+    def test_lastValues(self) -> None:
+        """
+        lastValues reads a last-value stream's latest record of each
+        subject, in sequence order, from the broker and from its journal
+        file alike.
+        """
+        broker = self.broker(
+            "malamute\n    streams\n        ticks\n            compact = subject\n"
+        )
+        records: list[Record] = [(f"sym.{i % 7}", [b"%d" % i]) for i in range(50)]
+        self.publish(broker, "ticks", records)
+        expected = [(seq, f"sym.{(seq - 1) % 7}", [b"%d" % (seq - 1)]) for seq in range(44, 51)]
+
+        def got(frame: DataFrame) -> list[tuple[int, str, list[bytes]]]:
+            rows = frame.select("seq", "subject", "frames").collect()
+            return [(row.seq, row.subject, [bytes(f) for f in row.frames]) for row in rows]
+
+        self.assertEqual(got(self.read(broker, stream="ticks", lastValues="true")), expected)
+        journal = str(broker.data_dir / "journal.sqlite")
+        self.assertEqual(
+            got(self.read(journal=journal, stream="ticks", lastValues="true")), expected
+        )
+
     def test_partitionsCoverEverySequenceOnce(self) -> None:
         """
         However a read of several streams is split (numbers per partition or

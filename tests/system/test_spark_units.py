@@ -40,6 +40,11 @@ from malamute_pack.spark import SCHEMA_DDL, SPARK_SCHEMA
 from malamute_pack.spark.batch import MalamuteReader
 from malamute_pack.spark.fields import subject_fields
 from malamute_pack.spark.journal_file import JournalFile, JournalFileError
+from malamute_pack.spark.last_values import (
+    LastValuesPartition,
+    latest_per_subject,
+    read_last_values,
+)
 from malamute_pack.spark.options import (
     DEFAULT_ROWS_PER_PARTITION,
     EARLIEST,
@@ -250,6 +255,14 @@ class ReadOptionsTests(SynchronousTestCase):
         self.assertRefused({"stream": "a", "timeout": "nan"}, "timeout")
         self.assertRefused({"stream": "a", "pattern": "fields:a;;b"}, "pattern", "empty criterion")
         self.assertRefused({"stream": "a", "start": "soon"}, "option start")
+        self.assertRefused({"stream": "a", "lastValues": "yes"}, "true or false")
+        self.assertRefused(
+            {"stream": "a", "lastValues": "true", "start": "5"}, "start", "lastValues"
+        )
+        self.assertRefused(
+            {"stream": "a", "lastValues": "true", "partitions": "2"}, "partitions", "lastValues"
+        )
+        self.assertRefused({"stream": "a", "lastValues": "true"}, "lastValues", streaming=True)
 
     def test_sparkOwnOptions(self) -> None:
         """Options Spark adds itself (a sink's checkpointLocation) are let through."""
@@ -764,3 +777,67 @@ class DiscoveryTests(SynchronousTestCase):
         )
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(done.stdout.split(), ["malamute_pack.spark.source", "MalamuteDataSource"])
+
+
+class LastValuesTests(SynchronousTestCase):
+    """C{lastValues}: the latest record of each subject, planned and read."""
+
+    def setUp(self) -> None:
+        self.path = Path(self.mktemp())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        subjects = "abcabdab"  # latest: c 3, d 6, a 7, b 8
+        rows = [
+            ("t", seq, float(seq), "w", subject, [bytes([seq])])
+            for seq, subject in enumerate(subjects, 1)
+        ]
+        make_journal(self.path, rows)
+
+    def test_latestPerSubject(self) -> None:
+        """The highest sequence number of each subject, across batches, in sequence order."""
+        batches = [
+            chunk_batch(
+                RangeChunk(
+                    "t",
+                    [seq for seq, _ in part],
+                    [0] * len(part),
+                    ["w"] * len(part),
+                    [subject for _, subject in part],
+                    [b""] * len(part),
+                )
+            )
+            for part in ([(1, "a"), (2, "b")], [], [(3, "a"), (4, "c")], [(5, "b")])
+        ]
+        table = latest_per_subject(batches)
+        self.assertEqual(table.column("seq").to_pylist(), [3, 4, 5])
+        self.assertEqual(table.column("subject").to_pylist(), ["a", "c", "b"])
+        self.assertEqual(latest_per_subject([]).num_rows, 0)
+
+    def test_oneStreamOnePartition(self) -> None:
+        """
+        A lastValues read is one partition a stream, up to end, that reads
+        the latest record of each subject its pattern matches.
+        """
+        options = parse_read_options(
+            {"journal": str(self.path), "stream": "t", "lastValues": "true", "end": "8"},
+            streaming=False,
+        )
+        [part] = MalamuteReader(options).partitions()
+        assert isinstance(part, LastValuesPartition)
+        self.assertEqual((part.stream, part.first, part.last), ("t", 1, 7))
+        table = pa.Table.from_batches(list(MalamuteReader(options).read(part)))
+        self.assertEqual(
+            list(
+                zip(
+                    table.column("subject").to_pylist(),
+                    table.column("seq").to_pylist(),
+                    strict=True,
+                )
+            ),
+            [("c", 3), ("b", 5), ("d", 6), ("a", 7)],
+        )
+        self.assertEqual(table.column("frames").to_pylist()[-1], [b"\x07"])
+        target = Target(journal=str(self.path))
+        only = pa.Table.from_batches(
+            list(read_last_values(LastValuesPartition(target, "t", 1, 8, "^[ab]$")))
+        )
+        self.assertEqual(only.column("seq").to_pylist(), [7, 8])

@@ -58,7 +58,13 @@ UNREACHABLE: dict[tuple[State, EventType], str] = {
 # to answer), which the table still names.
 # Refused on a fresh connection of a broker without a journal: a CONFIRM or
 # DONE for nothing held, and the bulk reads (which need the journal).
-REFUSED_WHEN_FRESH = {mlm.Confirm, mlm.Done, mlm.StreamQuery, mlm.StreamReadRange}
+REFUSED_WHEN_FRESH = {
+    mlm.Confirm,
+    mlm.Done,
+    mlm.StreamQuery,
+    mlm.StreamReadRange,
+    mlm.StreamConsume,  # consumers need the journal: ERROR 501
+}
 
 
 def sample(event_type: EventType) -> mlm.Message | InternalEvent:

@@ -580,6 +580,35 @@ class Version2Tests(ClientTestCase):
         self.assertEqual((consumer.pending(), consumer.duplicates), (0, 0))
 
 
+class ConsumerTests(ClientTestCase):
+    async def test_consumeCommitResume(self) -> None:
+        """
+        A durable consumer commits what it processed (the Deferred fires
+        with the position on disk); a new client consuming under the same
+        name, after a broker restart, gets the records after it.
+        """
+        producer = await self.client("producer")
+        await producer.set_producer("orders")
+        for n in range(5):
+            producer.send(f"o{n}", [b"x"])
+        first = await self.client("first")
+        await first.consume("orders", "", "billing")
+        got = [await first.recv() for _ in range(3)]
+        self.assertEqual([d.sequence for d in got], [1, 2, 3])
+        self.assertEqual(await first.commit("orders", 3), 3)
+        await self.restart_broker()
+        second = await self.client("second")
+        await second.consume("orders", "", "billing")
+        self.assertEqual([(await second.recv()).sequence for _ in range(2)], [4, 5])
+
+    async def test_commitRefused(self) -> None:
+        """A commit on a stream the client does not consume fails with the broker's reason."""
+        client = await self.client("c")
+        with self.assertRaises(MalamuteError) as caught:
+            await client.commit("orders", 3)
+        self.assertEqual(caught.exception.code, 300)
+
+
 class RefusalTests(ClientTestCase):
     def extra_settings(self) -> dict[str, object]:
         return {"limits": Limits(mailbox_max_messages=1)}

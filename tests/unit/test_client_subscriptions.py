@@ -91,6 +91,37 @@ class ReplayPlanTests(SynchronousTestCase):
             ],
         )
 
+    def test_lastValuesResumeAfterWhatWasHandedOver(self) -> None:
+        """
+        A reading from last values whose stream had nothing handed over asks
+        for last values again; once records were handed over (the snapshot
+        is in sequence order, live after it), it resumes right after the
+        last one: the snapshot is not sent again, nothing is missed.
+        """
+        sequences = SeenSequences()
+        subscriptions = Subscriptions(sequences)
+        reading = mlm.StreamReadFrom("ticks", "", mlm.LAST_VALUES, 0)
+        subscriptions.record(reading)
+        self.assertEqual(subscriptions.replay_plan(), [ReplayStep(reading)])
+        sequences.add("ticks", 40)
+        sequences.add("ticks", 3)
+        self.assertEqual(
+            subscriptions.replay_plan(),
+            [ReplayStep(mlm.StreamReadFrom("ticks", "", mlm.SEQUENCE, 41), reading)],
+        )
+
+    def test_consumerResumes(self) -> None:
+        """
+        A durable consumer is replayed resuming from the position the broker
+        keeps, whatever whence it first used (a reset is not made twice).
+        """
+        subscriptions = Subscriptions(SeenSequences())
+        subscriptions.record(mlm.StreamConsume("s", "", "c1", "g", mlm.EARLIEST, 0))
+        self.assertEqual(
+            subscriptions.replay_plan(),
+            [ReplayStep(mlm.StreamConsume("s", "", "c1", "g", mlm.RESUME, 0))],
+        )
+
     def test_emptyPlan(self) -> None:
         """Nothing recorded, nothing to replay."""
         self.assertEqual(Subscriptions(SeenSequences()).replay_plan(), [])

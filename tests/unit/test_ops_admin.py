@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.journal import JournalConfig
-from malamute_pack.journal.writer import RetentionSet, StreamDelete, WriteOp
+from malamute_pack.journal.writer import CompactSet, RetentionSet, StreamDelete, WriteOp
 from malamute_pack.ops.admin import Admin, AdminError
 from malamute_pack.ops.management import ManagementSession
 from malamute_pack.ops.stats import Statistics
@@ -149,6 +149,10 @@ class NoJournalPurgeTests(AdminCase):
         """Without a journal there is no retention to change."""
         self.assertRaises(AdminError, self.admin.set_retention, None, 60.0, None, None)
 
+    def test_compactionNeedsJournal(self) -> None:
+        """Without a journal there is no last-value stream."""
+        self.assertRaises(AdminError, self.admin.set_compaction, "s", "subject")
+
 
 class DeleteStreamTests(AdminCase):
     def test_deleteStream(self) -> None:
@@ -271,6 +275,58 @@ class RetentionTests(AdminCase):
         self.write(1)
         self.assertRaises(AdminError, self.admin.set_retention, "s", -1.0, None, None)
         self.assertRaises(AdminError, self.admin.set_retention, "nothing", 1.0, None, None)
+
+
+class CompactionTests(AdminCase):
+    def test_turnOnAndOff(self) -> None:
+        """
+        A stream made a last-value stream keeps its subjects' last values
+        (built at once from what it retains), listed in the statistics;
+        made an ordinary one again, it forgets them. Each says it lasts
+        until the broker restarts.
+        """
+        self.write(3, "s")
+        result = self.admin.set_compaction("s", "subject")
+        self.assertEqual((result["compact"], result["previous"]), ("subject", ""))
+        self.assertIn("until the broker restarts", result["note"])
+        self.flush()
+        assert self.h.journal is not None
+        self.assertTrue(self.h.journal.compacted("s"))
+        self.assertEqual(self.rows("SELECT count(*) FROM stream_last_values"), [(3,)])
+        stats = Statistics(self.h.clock, self.h.broker, self.h.journal, Settings())
+        (stream,) = stats.streams()
+        self.assertEqual(
+            (stream["compact"], stream["last_values"], stream["last_values_not_kept"]),
+            ("subject", 3, 0),
+        )
+        result = self.admin.set_compaction("s", "")
+        self.assertEqual((result["compact"], result["previous"]), ("", "subject"))
+        self.flush()
+        self.assertFalse(self.h.journal.compacted("s"))
+        self.assertEqual(self.rows("SELECT count(*) FROM stream_last_values"), [(0,)])
+        (stream,) = stats.streams()
+        self.assertEqual((stream["compact"], stream["last_values"]), ("", None))
+
+    def test_compactionIsAJournalWrite(self) -> None:
+        """
+        A compaction change takes its place among the journal's ordered
+        writes (what a pair's active ships to its partner), naming every
+        last-value stream.
+        """
+        shipped: list[WriteOp] = []
+        assert self.h.journal is not None
+        self.h.journal.shipper = lambda first, ops: shipped.extend(ops)
+        self.write(1)
+        self.admin.set_compaction("s", "subject")
+        self.flush()
+        (change,) = [op for op in shipped if isinstance(op, CompactSet)]
+        self.assertEqual(change.streams, frozenset({"s"}))
+
+    def test_refusals(self) -> None:
+        """Another compaction, or an unknown stream, is an AdminError."""
+        self.write(1)
+        self.assertRaises(AdminError, self.admin.set_compaction, "s", "key")
+        self.assertRaises(AdminError, self.admin.set_compaction, "nothing", "subject")
 
 
 class DisconnectTests(AdminCase):

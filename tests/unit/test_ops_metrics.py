@@ -195,6 +195,18 @@ class JournalMetricsTests(SynchronousTestCase):
             )
 
 
+class ConsumerMetricsTests(SynchronousTestCase):
+    def test_consumer(self) -> None:
+        """A consumer's position and lag are gauges labelled STREAM/NAME."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        harness, statistics = busy_broker(self, directory / "journal.sqlite")
+        harness.settle()
+        found = samples(MetricsRenderer(statistics).render().decode())
+        self.assertEqual(value(found, "malamute_consumer_position", consumer="weather/billing"), 2)
+        self.assertEqual(value(found, "malamute_consumer_lag", consumer="weather/billing"), 1)
+
+
 class BoundedTests(SynchronousTestCase):
     COLUMNS = (
         ("depth", "depth", False, "", "sum"),

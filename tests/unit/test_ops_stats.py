@@ -317,6 +317,9 @@ class NoJournalTests(StatisticsCase):
                 "last_seq": 3,
                 "retained_records": 0,
                 "retained_bytes": 0,
+                "compact": None,
+                "last_values": None,
+                "last_values_not_kept": None,
             },
         )
 

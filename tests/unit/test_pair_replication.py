@@ -32,6 +32,7 @@ from malamute_pack.pair.replication import (
     set_state,
 )
 from malamute_pack.protocol import pair as wire
+from malamute_pack.protocol.records import READER, ConsumerPosition
 from tests.support import capture_log
 
 CLOCK: IReactorTime = reactor
@@ -492,12 +493,8 @@ def _owners(path: Path) -> list[tuple[str, str, float]]:
     return _rows(path, "SELECT address, user, claimed FROM address_owners ORDER BY address")
 
 
-class ChangeReplicationTests(JournalPairCase):
-    """
-    Owner claims, stream deletes, retention changes and the clients'
-    security state between two real journals: shipped in the order of
-    writes, and sent again whole by every catch-up.
-    """
+class ChangesCase(JournalPairCase):
+    """Two real journals paired with a security state to install, in sync or not."""
 
     def pair(self, active: Journal, passive: Journal) -> tuple[Pair, list[wire.ClientSecurity]]:
         """A pair whose source's security state is C{self.security}; what the replica installs."""
@@ -513,6 +510,14 @@ class ChangeReplicationTests(JournalPairCase):
         await active.flush()
         await self.until(lambda: pair.source.in_sync and pair.source.acked >= active.handed)
         await passive.flush()
+
+
+class ChangeReplicationTests(ChangesCase):
+    """
+    Owner claims, stream deletes, retention changes and the clients'
+    security state between two real journals: shipped in the order of
+    writes, and sent again whole by every catch-up.
+    """
 
     def test_changes_shipped_in_order(self) -> Deferred[None]:
         """
@@ -722,5 +727,138 @@ class ChangeReplicationTests(JournalPairCase):
             self.write(active, "s", 3)
             await self.in_sync(pair, active, passive)
             self.assertEqual(len(_stream(passive.path, "s")), 3)
+
+        return self.run_async(run())
+
+
+def _consumers(path: Path) -> list[tuple[str, str, str, int]]:
+    return _rows(path, "SELECT stream, kind, name, seq FROM stream_consumers ORDER BY name")
+
+
+class ConsumerReplicationTests(ChangesCase):
+    """Consumer positions between two real journals: shipped live, and copied by a catch-up."""
+
+    def test_positions_shipped_live(self) -> Deferred[None]:
+        """
+        Once in sync, a consumer's position saved on the active, then moved,
+        then another forgotten, reach the passive's table as on the active.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair, _ = self.pair(active, passive)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            active.save_consumer(ConsumerPosition("s", READER, "c1", 4, b"", 1.0))
+            active.save_consumer(ConsumerPosition("s", READER, "c2", 2, b"", 1.0))
+            active.save_consumer(ConsumerPosition("s", READER, "c1", 9, b"", 2.0))
+            active.forget_consumer(ConsumerPosition("s", READER, "c2", 2))
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(_consumers(passive.path), [("s", READER, "c1", 9)])
+            self.assertEqual(_consumers(passive.path), _consumers(active.path))
+
+        return self.run_async(run())
+
+    def test_catch_up_copies_the_table_exactly(self) -> Deferred[None]:
+        """
+        A catch-up sends every position (more than a page of them), and the
+        passive keeps none the active does not have.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            for n in range(700):
+                active.save_consumer(ConsumerPosition("s", READER, f"c{n:04d}", n, b"", 1.0))
+            await active.flush()
+            await passive.execute(
+                [("INSERT INTO stream_consumers VALUES ('s', 'reader', 'stale', 1, x'', 0.0)", ())]
+            )
+            pair, _ = self.pair(active, passive)
+            pair.replica.hello()
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(len(_consumers(passive.path)), 700)
+            self.assertEqual(_consumers(passive.path), _consumers(active.path))
+
+        return self.run_async(run())
+
+    def test_ship_during_catch_up_wins(self) -> Deferred[None]:
+        """A position shipped while the catch-up's older copy is on the way is not undone by it."""
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            active.save_consumer(ConsumerPosition("s", READER, "c1", 4, b"", 1.0))
+            await active.flush()
+            pair, _ = self.pair(active, passive)
+            pair.to_passive.held = True
+            pair.replica.hello()
+            await self.until(
+                lambda: any(isinstance(m, wire.CatchupEnd) for m in pair.to_passive.sent)
+            )
+            active.save_consumer(ConsumerPosition("s", READER, "c1", 8, b"", 2.0))
+            await active.flush()
+            pair.to_passive.release()
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(_consumers(passive.path), [("s", READER, "c1", 8)])
+
+        return self.run_async(run())
+
+
+def _last_values(path: Path) -> list[tuple[Any, ...]]:
+    return _rows(path, "SELECT stream, subject, seq FROM stream_last_values ORDER BY 1, 2")
+
+
+class LastValueReplicationTests(ChangesCase):
+    """Last-value streams between two real journals: the same last values on both."""
+
+    def test_compaction_shipped_live(self) -> Deferred[None]:
+        """
+        Once in sync, a stream made a last-value stream on the active, among
+        its records, is one on the passive too, with the same last values
+        (rebuilt there at the same point of the writes), which follow the
+        later records; made an ordinary one again, it loses them there too.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair, _ = self.pair(active, passive)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            self.write(active, "lv", 3, subject="a")
+            self.write(active, "lv", 2, subject="b")
+            active.set_compaction("lv", True)
+            self.write(active, "lv", 1, subject="a")
+            await self.in_sync(pair, active, passive)
+            self.assertTrue(passive.compacted("lv"))
+            self.assertEqual(_last_values(passive.path), [("lv", "a", 6), ("lv", "b", 5)])
+            self.assertEqual(_last_values(passive.path), _last_values(active.path))
+            active.set_compaction("lv", False)
+            await self.in_sync(pair, active, passive)
+            self.assertFalse(passive.compacted("lv"))
+            self.assertEqual(_last_values(passive.path), [])
+
+        return self.run_async(run())
+
+    def test_catch_up_rebuilds(self) -> Deferred[None]:
+        """
+        A catch-up sends the last-value streams in force: the passive
+        rebuilds their last values from what it then holds, and forgets
+        those of a stream it compacted that the active does not.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            active.set_compaction("lv", True)
+            self.write(active, "lv", 3, subject="a")
+            self.write(active, "lv", 2, subject="b")
+            await active.flush()
+            passive.set_compaction("mine", True)
+            self.write(passive, "mine", 2)
+            await passive.flush()
+            pair, _ = self.pair(active, passive)
+            pair.replica.hello()
+            await self.in_sync(pair, active, passive)
+            self.assertEqual(_last_values(passive.path), [("lv", "a", 3), ("lv", "b", 5)])
+            self.assertTrue(passive.compacted("lv"))
+            self.assertFalse(passive.compacted("mine"))
 
         return self.run_async(run())

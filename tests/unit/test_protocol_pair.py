@@ -35,6 +35,8 @@ from malamute_pack.protocol.pair import (
     CaughtUp,
     Change,
     ClientSecurity,
+    Compaction,
+    ConsumerChanged,
     Heartbeat,
     Hello,
     Items,
@@ -47,7 +49,12 @@ from malamute_pack.protocol.pair import (
     Ship,
     StreamDeleted,
 )
-from malamute_pack.protocol.records import QueuedRecord, RetentionPolicy, StreamRow
+from malamute_pack.protocol.records import (
+    ConsumerPosition,
+    QueuedRecord,
+    RetentionPolicy,
+    StreamRow,
+)
 from malamute_pack.protocol.rowblock import encode_rows
 
 U64_MAX = 2**64 - 1
@@ -94,6 +101,12 @@ SECURITY = ClientSecurity(
 )
 SECURITY_PLAIN_ONLY = ClientSecurity({}, None, {})
 SECURITY_NONE = ClientSecurity(None, None, {})
+CONSUMER = ConsumerChanged(ConsumerPosition("weather", "reader", "c1", 41, b"", 1.5))
+CONSUMER_GONE = ConsumerChanged(
+    ConsumerPosition(NOT_UTF8, "group", NOT_UTF8, U64_MAX, b"\x00" * 300, 0.0), forget=True
+)
+COMPACTION = Compaction(["ticks", NOT_UTF8])
+COMPACTION_NONE = Compaction([], rebuild=True)
 
 # One of each kind of change, in every variant named by the codec.
 CHANGES: list[Change] = [
@@ -118,6 +131,10 @@ CHANGES: list[Change] = [
     SECURITY,
     SECURITY_PLAIN_ONLY,
     SECURITY_NONE,
+    CONSUMER,
+    CONSUMER_GONE,
+    COMPACTION,
+    COMPACTION_NONE,
 ]
 
 # One or more of each message type.
@@ -373,16 +390,17 @@ class LayoutTests(SynchronousTestCase):
 
     def test_version(self) -> None:
         """
-        This codec is version 3 of the link (version 1 had no owners,
-        deletes, retention; version 2 carried an append's rows a frame each).
+        This codec is version 4 of the link (version 1 had no owners,
+        deletes, retention; version 2 carried an append's rows a frame each;
+        version 3 had no consumer positions).
         """
-        self.assertEqual(VERSION, 3)
+        self.assertEqual(VERSION, 4)
 
     def test_catchupEndBytes(self) -> None:
-        """CATCHUP_END is MP, version 3, 6, link and position as big-endian u64s."""
+        """CATCHUP_END is MP, version 4, 6, link and position as big-endian u64s."""
         self.assertEqual(
             pair.encode(CatchupEnd(1, 0x0102)),
-            [b"MP\x03\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
+            [b"MP\x04\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
         )
 
     def test_catchupBeginFirstsLast(self) -> None:
@@ -428,7 +446,7 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(
             pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True)),
             [
-                b"MP\x03\x01"
+                b"MP\x04\x01"
                 + bytes.fromhex("00000001 70  00000002 c3a9  01  00000000  00000001 65")
                 + bytes.fromhex("0000000000000002 01")
             ],
@@ -633,12 +651,12 @@ class MalformedTests(SynchronousTestCase):
         """
         for message in MESSAGES:
             frames = pair.encode(message)
-            for old in (1, 2):
+            for old in (1, 2, 3):
                 with self.assertRaises(MalformedPairMessage) as caught:
                     pair.decode([frames[0][:2] + bytes((old,)) + frames[0][3:], *frames[1:]])
                 self.assertEqual(
                     str(caught.exception),
-                    f"the partner speaks pair link version {old}, this broker 3:"
+                    f"the partner speaks pair link version {old}, this broker 4:"
                     " run the same malamute_pack on both",
                 )
 

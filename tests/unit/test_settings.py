@@ -11,6 +11,7 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack import settings as _settings
+from malamute_pack.config_keys import first_unknown
 from malamute_pack.transport.security import SecurityFiles
 
 
@@ -87,3 +88,40 @@ class ComposeTests(SynchronousTestCase):
             settings.security_files(),
             SecurityFiles(frozenset({"plain", "null"}), Path("pw"), None, Path("acl")),
         )
+
+
+class LastValueStreamTests(SynchronousTestCase):
+    def test_compactBySubject(self) -> None:
+        """
+        C{malamute/streams/NAME/compact = subject} makes NAME a last-value
+        stream; an empty value makes it an ordinary one again; the limit
+        on subjects is a limit like the others.
+        """
+        found = _settings.from_zpl(
+            {
+                "malamute/streams/ticks/compact": ["subject"],
+                "malamute/streams/quotes/compact": ["subject"],
+                "malamute/limits/last-value-subjects": ["500"],
+            }
+        )
+        self.assertEqual(found.journal_config.compacted, frozenset({"ticks", "quotes"}))
+        self.assertEqual(found.limits.last_value_subjects, 500)
+        off = _settings.from_zpl({"malamute/streams/ticks/compact": ["subject", ""]}, found)
+        self.assertEqual(off.journal_config.compacted, frozenset({"quotes"}))
+        self.assertEqual(_settings.Settings().limits.last_value_subjects, 1_000_000)
+
+    def test_otherCompactionRefused(self) -> None:
+        """Any other value is refused, in one line naming the key and what it takes."""
+        with self.assertRaises(_settings.SettingsError) as caught:
+            _settings.from_zpl({"malamute/streams/ticks/compact": ["key"]})
+        message = str(caught.exception)
+        self.assertIn("malamute/streams/ticks/compact", message)
+        self.assertIn("subject", message)
+        self.assertNotIn("\n", message)
+
+    def test_keyKnown(self) -> None:
+        """The compaction key is a known config key; a misspelt one is not."""
+        keys = ["malamute/streams/ticks/compact", "malamute/streams/ticks/compcat"]
+        unknown = first_unknown(keys, _settings.CONFIG_KEYS)
+        assert unknown is not None
+        self.assertEqual(unknown.key, "malamute/streams/ticks/compcat")

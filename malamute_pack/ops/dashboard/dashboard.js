@@ -11,7 +11,7 @@
   const TIMEOUT = 5000; // ms before a request counts as failed
   const WINDOW = 300; // seconds of history in the chart
   const SECTIONS = ["overview", "history", "clients", "streams", "mailboxes", "services",
-    "journal", "pack", "pair", "bridges"];
+    "consumers", "journal", "pack", "pair", "bridges"];
   const SERIES = [
     ["stream_messages", "stream messages", "--c1"],
     ["stream_deliveries", "deliveries", "--c2"],
@@ -186,6 +186,13 @@
       { label: "workers", get: (r) => r.workers, fmt: int, num: true, cls: (v) => (v ? "" : "no") },
       col("offers", "offers", int, true),
     ], (r) => r.name, { empty: "no services" }),
+    consumers: new Table("consumers-table", [
+      { label: "consumer", get: (r) => r.stream + " / " + r.name, cls: () => "name" },
+      col("position", "position", int, true),
+      col("lag", "lag", int, true, hot),
+      col("idle", "idle_s", dur, true),
+      col("connected", "connected", yesno, false, (v) => (v ? "yes" : "off")),
+    ], (r) => r.stream + "/" + r.name, { sortBy: 2, dir: -1, empty: "no consumers" }),
     pack: new Table("pack-table", [
       { label: "member", get: (r) => r.name, cls: () => "name" },
       col("id", "id"),
@@ -367,7 +374,7 @@
       () => renderOverview(d),
       () => renderChart(d.history || []),
       () => renderClients(d.clients || []),
-      ...["streams", "mailboxes", "services"].map((name) => () => {
+      ...["streams", "mailboxes", "services", "consumers"].map((name) => () => {
         tables[name].render(d[name] || []);
         setText($(name + "-count"), int((d[name] || []).length));
       }),

@@ -1,0 +1,433 @@
+"""
+Consumer groups: readers that join a stream under one group name share its
+records, each record to exactly one member, in order per subject
+(STREAM_CONSUME with a group; docs/protocol.md "Consumer groups").
+
+A group reads the stream as one reader of the streams
+(L{Streams.read_from}) through its own L{GroupSession}: live records and
+records read back from the journal reach it in sequence order, and
+whatever it cannot take now (its members' queues are full) it reads again
+later from the journal, as any reader that falls behind. It hands each
+record to a member: the member already holding records of that subject
+(so a subject's records are never handled by two members at once), else
+the member the subject's rendezvous hash picks. A member gets what it was
+assigned while it has credit; it acknowledges with STREAM_COMMIT (every
+record it was sent up to a sequence number). A member that leaves (closes,
+cancels, expires) or keeps a record unacknowledged past the lease gives
+its records, sent or not, back to the group, which assigns them again in
+sequence order before any later record of their subjects.
+
+The group's durable position is the sequence number below which every
+record was acknowledged (or was not the group's) and the records
+acknowledged past it (a roaring bitmap), saved on each commit
+(L{Store.save_consumer}, kind C{group}); a group whose members are all gone
+resumes from there, the unacknowledged records delivered again.
+
+Tests: ``tests/unit/test_broker_groups.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyroaring import BitMap64
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from malamute_pack.broker.connection import Connection
+from malamute_pack.broker.errors import Refused
+from malamute_pack.broker.session import PartySession
+from malamute_pack.broker.stalled import Stalled
+from malamute_pack.broker.streams import Streams
+from malamute_pack.protocol import mlm
+from malamute_pack.protocol.records import GROUP, ConsumerPosition, StreamRecord
+from malamute_pack.store import DurableCallback, Store, StoreError
+
+_log = Logger()
+
+# A member's queue of records assigned and not sent yet (it has no credit):
+# when one is full, the group takes nothing more and reads it again later.
+MAX_PENDING = 256
+
+
+def _weight(member: str, subject: str) -> bytes:
+    """The rendezvous weight of C{member} for C{subject}."""
+    return hashlib.blake2b(f"{member}\x00{subject}".encode(), digest_size=8).digest()
+
+
+def _size(record: StreamRecord) -> int:
+    return sum(map(len, record.content))
+
+
+def committed_answer(connection: Connection, stream: str, sequence: int) -> DurableCallback:
+    """What tells C{connection} its commit up to C{sequence} is durable, or failed."""
+    session = connection.session
+
+    def durable(error: StoreError | None) -> None:
+        if connection.gone:
+            return
+        if error is None:
+            session.committed(stream, sequence, mlm.SUCCESS, "")
+        else:
+            session.committed(stream, sequence, mlm.FAILED, error.reason)
+
+    return durable
+
+
+@dataclass(eq=False)
+class Member:
+    """One member of a group: its connection, what it waits to be sent and what it holds."""
+
+    name: str
+    connection: Connection
+    pending: deque[StreamRecord] = field(default_factory=deque)
+    unacked: dict[int, StreamRecord] = field(default_factory=dict)
+    unacked_bytes: int = 0
+    # When its oldest unacknowledged record was sent (None: it holds none).
+    holding_since: float | None = None
+
+    def holds(self) -> int:
+        return len(self.pending) + len(self.unacked)
+
+
+class Group:
+    """
+    One group on one stream: its members, who holds which subject, and its
+    position.
+    """
+
+    def __init__(self, groups: Groups, stream: str, name: str, pattern: str) -> None:
+        self.stream = stream
+        self.name = name
+        self.pattern = pattern
+        self._groups = groups
+        self.members: dict[str, Member] = {}
+        # Per subject, the member holding records of it and how many.
+        self.holders: dict[str, tuple[Member, int]] = {}
+        self.assigned = BitMap64()  # records assigned and not acknowledged
+        self.acked = BitMap64()  # records acknowledged past the position
+        self.seen = 0  # the last record the group took
+        self.reader = Connection(GroupSession(self), "", 0.0, internal=True)
+        self.reading = False
+
+    @property
+    def floor(self) -> int:
+        """Every record up to this one is acknowledged (or not the group's)."""
+        assigned = self.assigned
+        return min(assigned.min() - 1, self.seen) if assigned else self.seen
+
+    def position(self, updated: float) -> ConsumerPosition:
+        floor = self.floor
+        acked = self.acked
+        if acked and acked.min() <= floor:
+            acked.remove_range(0, floor + 1)
+        data = acked.serialize() if acked else b""
+        return ConsumerPosition(self.stream, GROUP, self.name, floor, data, updated)
+
+    def restore(self, position: ConsumerPosition) -> None:
+        self.seen = position.seq
+        self.acked = BitMap64.deserialize(position.acked) if position.acked else BitMap64()
+
+    # Taking records (the group's reader)
+
+    def take(self, record: StreamRecord) -> bool:
+        """
+        Assign C{record} to a member; False if the member it goes to has no
+        room (the group reads it again later).
+        """
+        seq = record.seq
+        if seq <= self.seen or seq in self.acked:
+            return True  # acknowledged before (a resume from the position)
+        holder = self.holders.get(record.subject)
+        member = holder[0] if holder is not None else self._choose(record.subject)
+        if member is None:
+            return False
+        if len(member.pending) >= MAX_PENDING:
+            return False
+        self._assign(member, record)
+        self.seen = seq
+        self._groups.pump(member)
+        return True
+
+    def _choose(self, subject: str) -> Member | None:
+        members = self.members
+        if not members:
+            return None
+        return max(members.values(), key=lambda m: _weight(m.name, subject))
+
+    def _assign(self, member: Member, record: StreamRecord) -> None:
+        member.pending.append(record)
+        self.assigned.add(record.seq)
+        holder = self.holders.get(record.subject)
+        self.holders[record.subject] = (member, (holder[1] if holder else 0) + 1)
+
+    def _release(self, record: StreamRecord) -> None:
+        member, count = self.holders[record.subject]
+        if count > 1:
+            self.holders[record.subject] = (member, count - 1)
+        else:
+            del self.holders[record.subject]
+
+    # Members
+
+    def leave(self, member: Member) -> None:
+        """C{member} is gone: its records, sent or not, are assigned again in order."""
+        del self.members[member.name]
+        records = sorted([*member.unacked.values(), *member.pending], key=lambda r: r.seq)
+        member.unacked.clear()
+        member.pending.clear()
+        member.unacked_bytes = 0
+        member.holding_since = None
+        for record in records:
+            self._release(record)
+        if not self.members:
+            return  # still assigned: the position stays before them
+        for record in records:
+            holder = self.holders.get(record.subject)
+            target = holder[0] if holder is not None else self._choose(record.subject)
+            assert target is not None
+            self._assign(target, record)
+        for other in list(self.members.values()):
+            self._groups.pump(other)
+
+    def acknowledge(self, member: Member, upto: int) -> None:
+        """
+        C{member} processed record C{upto} and every record it was sent
+        before it (in the order sent, which is the order it received them:
+        a record given back by another member may come after later ones).
+        """
+        if upto not in member.unacked:
+            return  # acknowledged already, or never sent to it
+        done = []
+        for seq in member.unacked:
+            done.append(seq)
+            if seq == upto:
+                break
+        for seq in done:
+            record = member.unacked.pop(seq)
+            member.unacked_bytes -= _size(record)
+            self._release(record)
+            self.assigned.discard(seq)
+            self.acked.add(seq)
+        if not member.unacked:
+            member.holding_since = None
+        elif done:
+            member.holding_since = self._groups.now()
+
+
+class GroupSession(PartySession):
+    """The session of a group's reader: what the stream delivers, the group assigns."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+
+    def deliver_stream(self, record: StreamRecord) -> bool:
+        return self.group.take(record)
+
+    def __repr__(self) -> str:
+        return f"<group {self.group.name!r} of stream {self.group.stream!r}>"
+
+
+class Groups:
+    """
+    Every consumer group of the broker.
+
+    @ivar expired: members whose lease expired (records given back).
+    """
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        store: Store | None,
+        streams: Streams,
+        stalled: Stalled,
+        save: Callable[[ConsumerPosition, DurableCallback | None], None],
+        lease: float,
+        max_unacked_bytes: int,
+    ) -> None:
+        self._clock = clock
+        self._store = store
+        self._streams = streams
+        self._stalled = stalled
+        self._save = save
+        self._lease = lease
+        self._max_unacked_bytes = max_unacked_bytes
+        self.groups: dict[tuple[str, str], Group] = {}
+        # A connection's membership per stream.
+        self._members: dict[tuple[Connection, str], tuple[Group, Member]] = {}
+        self.expired = 0
+
+    def now(self) -> float:
+        return self._clock.seconds()
+
+    def joined(self, connection: Connection, stream: str) -> bool:
+        return (connection, stream) in self._members
+
+    def join(
+        self,
+        connection: Connection,
+        message: mlm.StreamConsume,
+        known: ConsumerPosition | None,
+    ) -> None:
+        """
+        Make C{connection} member C{message.consumer} of group
+        C{message.group} on C{message.stream}.
+        """
+        stream, name = message.stream, message.group
+        store = self._store
+        assert store is not None
+        if (connection, stream) in self._members:
+            raise Refused(f"already consuming stream {stream!r}")
+        group = self.groups.get((stream, name))
+        if group is None:
+            group = self.groups[(stream, name)] = Group(self, stream, name, message.pattern)
+            if known is not None:
+                group.restore(known)
+            else:
+                group.seen = store.first_seq(stream) - 1
+        elif group.pattern != message.pattern:
+            raise Refused(
+                f"group {name!r} of stream {stream!r} reads {group.pattern!r}, not"
+                f" {message.pattern!r}"
+            )
+        if not group.members and message.whence != mlm.RESUME:
+            self._reset(group, message.whence, message.position, store)
+        previous = group.members.get(message.consumer)
+        if previous is not None:
+            self._leave(previous.connection, stream)
+        member = Member(message.consumer, connection)
+        group.members[member.name] = member
+        self._members[(connection, stream)] = (group, member)
+        if not group.reading:
+            group.reading = True
+            reader = group.reader
+            reader.stalled = False
+            self._streams.read_from(reader, stream, group.pattern, mlm.SEQUENCE, group.seen + 1)
+            self._streams.resume(reader, stream)
+        self.save(group)
+
+    def _reset(self, group: Group, whence: int, position: int, store: Store) -> None:
+        stream = group.stream
+        group.acked = BitMap64()
+        if whence == mlm.LATEST:
+            group.seen = store.last_seq(stream)
+        elif whence == mlm.EARLIEST:
+            group.seen = store.first_seq(stream) - 1
+        elif whence == mlm.SEQUENCE:
+            group.seen = max(1, position) - 1
+        else:
+            raise Refused(
+                "invalid position: a group starts from its position, or resets to"
+                " latest, earliest or a sequence number"
+            )
+
+    def leave(self, connection: Connection, stream: str) -> None:
+        """C{connection} stopped reading C{stream}: it leaves its group there."""
+        self._leave(connection, stream)
+
+    def _leave(self, connection: Connection, stream: str) -> None:
+        found = self._members.pop((connection, stream), None)
+        if found is None:
+            return
+        group, member = found
+        group.leave(member)
+        if not group.members:
+            # Nobody to hand records to: stop reading, and read again from
+            # the position when a member comes (the unacknowledged again).
+            group.reading = False
+            group.seen = group.floor
+            group.assigned = BitMap64()
+            group.holders.clear()
+            self._streams.cancel(group.reader, stream)
+        self.save(group)
+        self._resume(group)
+
+    def forget_connection(self, connection: Connection) -> None:
+        for key in [k for k in self._members if k[0] is connection]:
+            self._leave(connection, key[1])
+
+    def commit(self, connection: Connection, message: mlm.StreamCommit) -> None:
+        """A member acknowledges record C{message.sequence} and those it was sent before it."""
+        stream, upto = message.stream, message.sequence
+        group, member = self._members[(connection, stream)]
+        group.acknowledge(member, upto)
+        self.save(group, committed_answer(connection, stream, upto))
+        self.pump(member)
+        self._resume(group)
+
+    def save(self, group: Group, on_durable: DurableCallback | None = None) -> None:
+        self._save(group.position(self.now()), on_durable)
+
+    # Delivery to members
+
+    def pump(self, member: Member) -> None:
+        """Send C{member} what it was assigned while it can take it."""
+        connection = member.connection
+        pending = member.pending
+        session = connection.session
+        while pending and connection.can_take():
+            if member.unacked_bytes > self._max_unacked_bytes:
+                return  # it holds enough: more when it commits
+            record = pending[0]
+            if not session.deliver_stream(record):
+                self._stalled.add(connection)
+                return
+            pending.popleft()
+            connection.took()
+            member.unacked[record.seq] = record
+            member.unacked_bytes += _size(record)
+            if member.holding_since is None:
+                member.holding_since = self.now()
+
+    def pump_connection(self, connection: Connection) -> None:
+        """C{connection} may take more (credit, unstalled): pump its memberships."""
+        for (member_connection, _), (group, member) in list(self._members.items()):
+            if member_connection is connection:
+                self.pump(member)
+                self._resume(group)
+
+    def undelivered(self, connection: Connection, record: StreamRecord) -> bool:
+        """
+        C{record}, sent to member C{connection}, could not go after all: it
+        is first in line again. False if it was not a group's record.
+        """
+        found = self._members.get((connection, record.stream))
+        if found is None or record.seq not in found[1].unacked:
+            return False
+        member = found[1]
+        del member.unacked[record.seq]
+        member.unacked_bytes -= _size(record)
+        member.pending.appendleft(record)
+        if connection.credit is not None:
+            connection.credit += 1
+        self._stalled.add(connection)
+        return True
+
+    def _resume(self, group: Group) -> None:
+        """The group may take records again: read on from where it fell behind."""
+        if group.reading and group.reader.behind:
+            self._streams.resume(group.reader, group.stream)
+
+    # Leases
+
+    def sweep(self) -> None:
+        """Give back the records of members holding one unacknowledged past the lease."""
+        if self._lease <= 0:
+            return
+        limit = self.now() - self._lease
+        for (connection, stream), (group, member) in list(self._members.items()):
+            since = member.holding_since
+            if since is not None and since < limit and len(group.members) > 1:
+                _log.info(
+                    "group {group!r} of stream {stream!r}: member {member!r} held a record"
+                    " unacknowledged past its lease of {lease:g}s; its records go to the others",
+                    group=group.name,
+                    stream=stream,
+                    member=member.name,
+                    lease=self._lease,
+                )
+                self.expired += 1
+                self._leave(connection, stream)

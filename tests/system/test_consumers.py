@@ -1,0 +1,214 @@
+"""
+Durable named readers end to end, with real processes: C{malamute tail
+--consumer} run twice resumes where the first left off, across a broker's
+C{kill -9} and restart, and across a pair's fail-over (the position is
+replicated to the partner). Model: L{malamute_pack.broker.consumers}.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.client.bulk import BulkClient
+from malamute_pack.testing.brokerprocess import BrokerProcess
+from tests.pair_system_support import ACTIVE, TAKING_OVER, PairCase
+from tests.support import skip_slow
+from tests.system.test_cli import COMMAND, _environment, malamute
+
+STREAM = "orders"
+RECORDS = 1000
+
+
+def write_records(endpoint: str, count: int = RECORDS) -> None:
+    """Append C{count} records to L{STREAM}, durable when this returns."""
+    bulk = BulkClient(endpoint)
+    try:
+        for start in range(0, count, 250):
+            batch = [(f"o.{n % 7}", [f"order {n}".encode()]) for n in range(start, start + 250)]
+            bulk.append(STREAM, f"batch-{start}", batch)
+    finally:
+        bulk.close()
+
+
+def sequences(output: bytes) -> list[int]:
+    """The sequence numbers of the records C{tail --json} printed."""
+    return [json.loads(line)["seq"] for line in output.splitlines()]
+
+
+class ConsumerTailTests(SynchronousTestCase):
+    skip = skip_slow
+
+    def setUp(self) -> None:
+        self.broker = BrokerProcess(Path(self.mktemp()))
+        self.broker.start()
+        self.addCleanup(self.broker.stop)
+        write_records(self.broker.endpoint)
+
+    def tail(self, count: int) -> list[int]:
+        done = malamute(
+            "-e", self.broker.endpoint, "tail", STREAM, "--consumer", "c1", "--json",
+            "--count", str(count),
+        )  # fmt: skip
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        return sequences(done.stdout)
+
+    def test_secondProcessResumes(self) -> None:
+        """tail --consumer c1 --count 400, then --count 600 in a new process: 1-400, 401-1000."""
+        self.assertEqual(self.tail(400), list(range(1, 401)))
+        self.assertEqual(self.tail(600), list(range(401, 1001)))
+
+    def test_resumesAfterKillAndRestart(self) -> None:
+        """The acknowledged position survives a kill -9 of the broker and its restart."""
+        self.assertEqual(self.tail(400), list(range(1, 401)))
+        self.broker.kill()
+        self.broker.start()
+        self.assertEqual(self.tail(600), list(range(401, 1001)))
+
+    def test_listedWithLag(self) -> None:
+        """`malamute consumers` lists the consumer, its position and its lag."""
+        self.tail(400)
+        done = malamute("-e", self.broker.endpoint, "consumers", "--json")
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        [consumer] = json.loads(done.stdout)
+        self.assertEqual(
+            (consumer["stream"], consumer["name"], consumer["position"], consumer["lag"]),
+            (STREAM, "c1", 400, 600),
+        )
+
+
+class Member:
+    """A `malamute tail --group` process, its printed records collected by a thread."""
+
+    def __init__(self, endpoint: str, name: str) -> None:
+        self.name = name
+        self.records: list[tuple[int, str]] = []
+        self.process = subprocess.Popen(
+            [
+                *COMMAND, "-e", endpoint, "tail", STREAM, "--group", "g", "--consumer", name,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_environment(),
+        )  # fmt: skip
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            record = json.loads(line)
+            self.records.append((record["seq"], record["subject"]))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._thread.join(10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+class ConsumerGroupTests(SynchronousTestCase):
+    skip = skip_slow
+
+    def test_threeMembersOneKilled(self) -> None:
+        """
+        Three `tail --group` processes share 10,000 records over 100
+        subjects; one is killed (-9) part-way: every record is printed by a
+        member (the killed one's unacknowledged records by the others), no
+        record by two of the members left, each subject's records in order
+        at each member.
+        """
+        broker = BrokerProcess(Path(self.mktemp()), args=["--timeout", "3000"])
+        broker.start()
+        self.addCleanup(broker.stop)
+        members = [Member(broker.endpoint, f"m{n}") for n in range(3)]
+        for member in members:
+            self.addCleanup(member.stop)
+        deadline = time.monotonic() + 30
+        while "g" not in malamute("-e", broker.endpoint, "consumers").stdout.decode():
+            self.assertLess(time.monotonic(), deadline, "the members did not join")
+            time.sleep(0.2)
+        bulk = BulkClient(broker.endpoint)
+        self.addCleanup(bulk.close)
+        for start in range(0, 10_000, 500):
+            batch = [(f"s.{n % 100}", [b"x"]) for n in range(start, start + 500)]
+            bulk.append(STREAM, f"b{start}", batch)
+            if start == 4000:
+                killed = members[0]
+                while len(killed.records) < 200 and time.monotonic() < deadline + 30:
+                    time.sleep(0.05)
+                killed.stop()
+        survivors = members[1:]
+        deadline = time.monotonic() + 60
+        wanted = set(range(1, 10_001))
+        while time.monotonic() < deadline:
+            printed = {seq for member in members for seq, _ in member.records}
+            if printed >= wanted:
+                break
+            time.sleep(0.2)
+        printed = {seq for member in members for seq, _ in member.records}
+        self.assertEqual(wanted - printed, set(), "records no member printed")
+        by_survivors = [seq for member in survivors for seq, _ in member.records]
+        self.assertEqual(len(by_survivors), len(set(by_survivors)), "printed by two members")
+        for member in members:
+            per_subject: dict[str, list[int]] = {}
+            for seq, subject in member.records:
+                per_subject.setdefault(subject, []).append(seq)
+            for subject, seqs in per_subject.items():
+                self.assertEqual(seqs, sorted(seqs), f"{member.name}: {subject} out of order")
+        self.assertTrue(all(member.records for member in survivors))
+
+
+class ConsumerPairTests(PairCase):
+    """A consumer's position replicated to the pair's partner."""
+
+    PREFIXES: ClassVar[dict[str, str]] = {"test_resumesAfterFailover": "mpcf"}
+
+    def tail(self, count: int) -> list[int]:
+        host = self.lan.hosts[2]
+        done = host.run(
+            [
+                *COMMAND, "-e", ",".join(self.both), "tail", STREAM, "--consumer", "c1",
+                "--json", "--count", str(count),
+            ],
+            capture_output=True,
+            timeout=120,
+            env=_environment(),
+        )  # fmt: skip
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return [json.loads(line)["seq"] for line in done.stdout.splitlines()]
+
+    def test_resumesAfterFailover(self) -> None:
+        """
+        1000 records; the consumer takes 400 from the active; the active is
+        killed (-9), and the consumer in a new process (both endpoints) gets
+        401-1000 from the backup, which takes over.
+        """
+        self.start_pair()
+        host = self.lan.hosts[2]
+        write = host.run(
+            [*COMMAND, "-e", ",".join(self.both), "import", "-", STREAM],
+            input="".join(
+                json.dumps({"subject": f"o.{n % 7}", "body": f"order {n}"}) + "\n"
+                for n in range(RECORDS)
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_environment(),
+        )
+        self.assertEqual(write.returncode, 0, write.stderr)
+        self.assertEqual(self.tail(400), list(range(1, 401)))
+        self.broker(1).kill()
+        # h2 takes over on the first request it hears from a client (Binary Star).
+        self.assertEqual(self.tail(600), list(range(401, 1001)))
+        self.wait_logs([(2, TAKING_OVER), (2, ACTIVE)], 5.0, "h2 did not take over")

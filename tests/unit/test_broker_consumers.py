@@ -1,0 +1,264 @@
+"""
+Tests for durable named readers (L{malamute_pack.broker.consumers}) on a
+real journal: a consumer resumes after its last commit, across connections
+and broker restarts; resets; takeover; commits answered once durable and
+never moving back; refusals; forgetting by age and by count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.broker.broker import BrokerConfig
+from malamute_pack.broker.limits import Limits
+from malamute_pack.journal import JournalConfig
+from malamute_pack.protocol import mlm
+from tests.broker_support import BrokerHarness
+
+W, C1, C2 = b"writer", b"consumer-1", b"consumer-2"
+
+
+def seqs(messages: list[mlm.Message]) -> list[int]:
+    """The sequence numbers of the STREAM_RECORDs in C{messages}."""
+    return [m.sequence for m in messages if isinstance(m, mlm.StreamRecord)]
+
+
+def committed(messages: list[mlm.Message]) -> list[tuple[int, int, str]]:
+    """(sequence, code, reason) of the STREAM_COMMITTEDs in C{messages}."""
+    return [
+        (m.sequence, m.status_code, m.status_reason)
+        for m in messages
+        if isinstance(m, mlm.StreamCommitted)
+    ]
+
+
+class ConsumerTestCase(SynchronousTestCase):
+    """A broker journaling to a fresh SQLite file, restartable, with ten records on "s"."""
+
+    limits = Limits()
+
+    def setUp(self) -> None:
+        self.path = Path(self.mktemp()) / "journal.sqlite"
+        self.h = self.harness()
+        self.addCleanup(lambda: self.h.close())
+        self.h.open(W, "writer", version=2)
+        self.h.command(W, mlm.StreamWrite("s"))
+        self.write(10)
+
+    def harness(self) -> BrokerHarness:
+        config = BrokerConfig(timeout=60.0, limits=self.limits)
+        return BrokerHarness(config, self.path, JournalConfig(prune_interval_s=3600))
+
+    def restart(self) -> None:
+        self.h.close()
+        self.h = self.harness()
+        self.h.open(W, "writer", version=2)
+        self.h.command(W, mlm.StreamWrite("s"))
+
+    def write(self, count: int) -> None:
+        for n in range(count):
+            self.h.send(W, mlm.StreamSend(f"t{n % 3}", [b"x"]))
+
+    def consume(
+        self, route: bytes, name: str = "c1", whence: int = mlm.RESUME, position: int = 0
+    ) -> list[mlm.Message]:
+        self.h.open(route, "", version=2)
+        return self.h.command(route, mlm.StreamConsume("s", "", name, "", whence, position))
+
+
+class ResumeTests(ConsumerTestCase):
+    def test_newConsumerStartsAtEarliest(self) -> None:
+        """A consumer the broker does not know reads from the earliest record, then live."""
+        got = self.consume(C1)
+        self.assertEqual(got[0], mlm.Ok())
+        self.assertEqual(seqs(got), list(range(1, 11)))
+        self.write(2)
+        self.assertEqual(seqs(self.h.take(C1)), [11, 12])
+
+    def test_resumesAfterCommitOnAnotherConnection(self) -> None:
+        """
+        A consumer that committed 4 and comes back on a new connection gets
+        5 onwards: nothing missed, the uncommitted records seen again.
+        """
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 4))
+        self.assertEqual(committed(self.h.take(C1)), [(4, 200, "")])
+        self.h.send(C1, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2)), list(range(5, 11)))
+
+    def test_resumesAfterRestart(self) -> None:
+        """A committed position survives a broker restart (it is in the journal)."""
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 7))
+        self.h.take(C1)
+        self.restart()
+        self.write(1)
+        self.assertEqual(seqs(self.consume(C2)), [8, 9, 10, 11])
+
+    def test_commitNeverMovesBack(self) -> None:
+        """A commit below the position keeps the position (and says which)."""
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 6))
+        self.h.send(C1, mlm.StreamCommit("s", 3))
+        self.assertEqual(committed(self.h.take(C1)), [(6, 200, ""), (6, 200, "")])
+
+    def test_commitClampedToLast(self) -> None:
+        """A commit past the stream's last record is clamped to it."""
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 1000))
+        self.assertEqual(committed(self.h.take(C1)), [(10, 200, "")])
+        self.write(1)
+        self.h.take(C1)
+        self.h.send(C1, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2)), [11])
+
+    def test_patternFilters(self) -> None:
+        """A consumer gets only the records its pattern matches."""
+        self.h.open(C1, "", version=2)
+        got = self.h.command(C1, mlm.StreamConsume("s", "t0", "c1", "", mlm.RESUME, 0))
+        self.assertEqual(seqs(got), [1, 4, 7, 10])
+
+
+class ResetTests(ConsumerTestCase):
+    def test_latest(self) -> None:
+        """Reset to latest: nothing old now, and a later resume starts after it."""
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 2))
+        self.h.send(C1, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2, whence=mlm.LATEST)), [])
+        self.h.send(C2, mlm.ConnectionClose())
+        self.write(1)
+        self.assertEqual(seqs(self.consume(C1)), [11])
+
+    def test_sequence(self) -> None:
+        """Reset to a sequence number: read from there, and resume from there later."""
+        self.assertEqual(seqs(self.consume(C1, whence=mlm.SEQUENCE, position=8)), [8, 9, 10])
+        self.h.send(C1, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2)), [8, 9, 10])
+
+    def test_earliest(self) -> None:
+        """Reset to earliest after a commit: everything again."""
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 9))
+        self.h.send(C1, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2, whence=mlm.EARLIEST)), list(range(1, 11)))
+
+    def test_time(self) -> None:
+        """Reset to a time: from the first record at or after it, and resumed from there."""
+        self.h.clock.advance(30)
+        self.write(2)
+        got = self.consume(C1, whence=mlm.TIME, position=30_000)
+        self.assertEqual(seqs(got), [11, 12])
+        self.h.send(C1, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2)), [11, 12])
+
+
+class TakeoverTests(ConsumerTestCase):
+    def test_secondConnectionTakesOver(self) -> None:
+        """
+        A second connection consuming under the same name takes the
+        consumer: the first gets no more records, and its commit is refused.
+        """
+        self.consume(C1)
+        self.consume(C2)
+        self.write(1)
+        self.assertEqual(seqs(self.h.take(C1)), [])
+        self.assertEqual(seqs(self.h.take(C2)), [11])
+        self.h.send(C1, mlm.StreamCommit("s", 5))
+        self.assertEqual(
+            committed(self.h.take(C1)), [(5, 300, "consumer taken over by another connection")]
+        )
+        self.assertEqual(self.h.broker.consumers.takeovers, 1)
+
+    def test_otherNameOnSameStreamRefused(self) -> None:
+        """A connection consumes a stream under one name only."""
+        self.consume(C1)
+        got = self.h.command(C1, mlm.StreamConsume("s", "", "c2", "", mlm.RESUME, 0))
+        self.assertEqual(
+            [(m.status_code, m.status_reason) for m in got if isinstance(m, mlm.Error)],
+            [(300, "already consuming stream 's' as 'c1'")],
+        )
+
+
+class RefusalTests(ConsumerTestCase):
+    def test_commitWithoutConsuming(self) -> None:
+        """A commit from a connection that does not consume the stream gets 300."""
+        self.h.open(C1, "", version=2)
+        self.h.send(C1, mlm.StreamCommit("s", 5))
+        self.assertEqual(committed(self.h.take(C1)), [(5, 300, "not a consumer of stream 's'")])
+
+    def test_emptyNameRefused(self) -> None:
+        """A consumer needs a name."""
+        got = self.consume(C1, name="")
+        self.assertIsInstance(got[0], mlm.Error)
+        assert isinstance(got[0], mlm.Error)
+        self.assertEqual(got[0].status_reason, "invalid consumer name: it is empty")
+
+    def test_version1Refused(self) -> None:
+        """A version 1 connection cannot consume: ERROR 500."""
+        self.h.open(C1, "")
+        got = self.h.command(C1, mlm.StreamConsume("s", "", "c1", "", mlm.RESUME, 0))
+        assert isinstance(got[0], mlm.Error)
+        self.assertEqual(got[0].status_code, mlm.COMMAND_INVALID)
+
+    def test_lastValuesRefused(self) -> None:
+        """A consumer cannot start from last values (that is a snapshot, not a position)."""
+        got = self.consume(C1, whence=mlm.LAST_VALUES)
+        self.assertIsInstance(got[0], mlm.Error)
+
+
+class NoJournalTests(SynchronousTestCase):
+    def test_notImplemented(self) -> None:
+        """Without a journal, STREAM_CONSUME gets ERROR 501."""
+        h = BrokerHarness()
+        self.addCleanup(h.close)
+        h.open(C1, "", version=2)
+        got = h.command(C1, mlm.StreamConsume("s", "", "c1", "", mlm.RESUME, 0))
+        assert isinstance(got[0], mlm.Error)
+        self.assertEqual(got[0].status_code, mlm.NOT_IMPLEMENTED)
+
+
+class ForgettingTests(ConsumerTestCase):
+    limits = Limits(consumers=2, consumer_ttl=100)
+
+    def test_leastRecentlyUsedForgottenPastTheLimit(self) -> None:
+        """With room for two, a third consumer makes the least recently used one forgotten."""
+        for name in ("a", "b", "c"):
+            self.consume(C1, name=name)
+            self.h.send(C1, mlm.StreamCancel("s"))
+            self.h.take(C1)
+            self.h.clock.advance(1)
+        consumers = self.h.broker.consumers
+        self.assertEqual(
+            (consumers.position("s", "a"), len(consumers), consumers.forgotten), (None, 2, 1)
+        )
+        self.restart()
+        self.assertIsNone(self.h.broker.consumers.position("s", "a"))
+        self.assertEqual(len(self.h.broker.consumers), 2)
+
+    def test_unusedForgottenAfterTtl(self) -> None:
+        """A consumer nobody holds, unused for longer than the TTL, is forgotten."""
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 3))
+        self.h.send(C1, mlm.ConnectionClose())
+        self.h.take(C1)
+        self.h.clock.advance(90)
+        self.h.broker.expire_silent()
+        self.assertIsNotNone(self.h.broker.consumers.position("s", "c1"))
+        self.h.clock.advance(20)
+        self.h.broker.expire_silent()
+        self.assertIsNone(self.h.broker.consumers.position("s", "c1"))
+        self.h.settle()
+        self.restart()
+        self.assertIsNone(self.h.broker.consumers.position("s", "c1"))
+
+    def test_heldNotForgottenByTtl(self) -> None:
+        """A consumer a connection holds is kept, however old its last commit."""
+        self.consume(C1)
+        for _ in range(4):
+            self.h.clock.advance(50)
+            self.h.send(C1, mlm.ConnectionPing())
+            self.h.broker.expire_silent()
+        self.assertIsNotNone(self.h.broker.consumers.position("s", "c1"))

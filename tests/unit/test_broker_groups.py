@@ -1,0 +1,241 @@
+"""
+Tests for consumer groups (L{malamute_pack.broker.groups}) on a real
+journal: each record to exactly one member, a subject's records in order at
+one member, records given back when a member leaves or its lease expires,
+credit respected, the group's position durable across a restart, and the
+refusals.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from malamute_pack.broker.broker import BrokerConfig
+from malamute_pack.broker.limits import Limits
+from malamute_pack.journal import JournalConfig
+from malamute_pack.protocol import mlm
+from tests.broker_support import BrokerHarness
+
+W = b"writer"
+MEMBERS = (b"m1", b"m2", b"m3")
+
+
+def records(messages: list[mlm.Message]) -> list[tuple[int, str]]:
+    """(sequence, subject) of the STREAM_RECORDs in C{messages}."""
+    return [(m.sequence, m.subject) for m in messages if isinstance(m, mlm.StreamRecord)]
+
+
+class GroupTestCase(SynchronousTestCase):
+    limits = Limits(group_lease=0)
+
+    def setUp(self) -> None:
+        self.path = Path(self.mktemp()) / "journal.sqlite"
+        self.h = self.harness()
+        self.addCleanup(lambda: self.h.close())
+        self.got: dict[bytes, list[tuple[int, str]]] = defaultdict(list)
+
+    def harness(self) -> BrokerHarness:
+        config = BrokerConfig(timeout=600.0, limits=self.limits)
+        h = BrokerHarness(config, self.path, JournalConfig(prune_interval_s=3600))
+        h.open(W, "writer", version=2)
+        h.command(W, mlm.StreamWrite("s"))
+        return h
+
+    def write(self, count: int, subjects: int = 10, start: int = 0) -> None:
+        for n in range(start, start + count):
+            self.h.send(W, mlm.StreamSend(f"k{n % subjects}", [b"x"]))
+
+    def join(self, route: bytes, member: str = "", group: str = "g", pattern: str = "") -> None:
+        self.h.open(route, "", version=2)
+        answer = self.h.command(
+            route, mlm.StreamConsume("s", pattern, member or route.decode(), group)
+        )
+        self.assertEqual(answer[:1], [mlm.Ok()], answer)
+        self.got[route] += records(answer)
+
+    def collect(self) -> None:
+        for route in list(self.got) + list(MEMBERS):
+            self.got[route] += records(self.h.take(route))
+
+    def assertExactlyOnceInOrder(self, total: int) -> None:
+        """Every record 1..total went to one member, and each subject's records to one, in order."""
+        seqs = sorted(seq for got in self.got.values() for seq, _ in got)
+        self.assertEqual(seqs, list(range(1, total + 1)))
+        for got in self.got.values():
+            by_subject: dict[str, list[int]] = defaultdict(list)
+            for seq, subject in got:
+                by_subject[subject].append(seq)
+            for subject_seqs in by_subject.values():
+                self.assertEqual(subject_seqs, sorted(subject_seqs))
+
+
+class SharingTests(GroupTestCase):
+    def test_eachRecordToOneMember(self) -> None:
+        """
+        Three members, 300 records over 30 subjects: each record reaches
+        exactly one member, each subject only one member, in order.
+        """
+        for route in MEMBERS:
+            self.join(route)
+        self.write(300, subjects=30)
+        self.collect()
+        self.assertExactlyOnceInOrder(300)
+        owners = defaultdict(set)
+        for route, got in self.got.items():
+            for _, subject in got:
+                owners[subject].add(route)
+        self.assertTrue(all(len(o) == 1 for o in owners.values()))
+        self.assertEqual(len([r for r in MEMBERS if self.got[r]]), 3)
+
+    def test_historyShared(self) -> None:
+        """A group joining a stream with records reads them from the earliest, shared."""
+        self.write(50)
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(50, start=50)
+        self.collect()
+        self.assertExactlyOnceInOrder(100)
+
+    def test_otherPatternRefused(self) -> None:
+        """A member joining with another pattern than the group's gets ERROR 300."""
+        self.join(MEMBERS[0], pattern="k1")
+        self.h.open(MEMBERS[1], "", version=2)
+        got = self.h.command(MEMBERS[1], mlm.StreamConsume("s", "k2", "m2", "g"))
+        assert isinstance(got[0], mlm.Error)
+        self.assertIn("reads 'k1'", got[0].status_reason)
+
+    def test_groupsAreIndependent(self) -> None:
+        """Two groups on one stream each get every record once."""
+        self.join(MEMBERS[0], group="a")
+        self.join(MEMBERS[1], group="b")
+        self.write(20)
+        self.collect()
+        self.assertEqual([s for s, _ in self.got[MEMBERS[0]]], list(range(1, 21)))
+        self.assertEqual([s for s, _ in self.got[MEMBERS[1]]], list(range(1, 21)))
+
+
+class LeavingTests(GroupTestCase):
+    def test_unacknowledgedGoToOthers(self) -> None:
+        """
+        A member that closes with records unacknowledged: they go to the
+        others, before any later record of their subjects; nothing lost.
+        """
+        for route in MEMBERS:
+            self.join(route)
+        self.write(150, subjects=15)
+        self.collect()
+        gone = MEMBERS[0]
+        taken = self.got.pop(gone)
+        self.assertTrue(taken)
+        self.h.send(gone, mlm.ConnectionClose())
+        self.write(150, subjects=15, start=150)
+        self.collect()
+        self.got.pop(gone, None)
+        # Every record it held reached another member, in order per subject.
+        self.assertExactlyOnceInOrder(300)
+
+    def test_acknowledgedNotGivenBack(self) -> None:
+        """Records a member committed stay done when it leaves."""
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(40)
+        self.collect()
+        first = self.got.pop(MEMBERS[0])
+        last = max(seq for seq, _ in first)
+        self.h.send(MEMBERS[0], mlm.StreamCommit("s", last))
+        committed = [m for m in self.h.take(MEMBERS[0]) if isinstance(m, mlm.StreamCommitted)]
+        self.assertEqual([(c.sequence, c.status_code) for c in committed], [(last, 200)])
+        self.h.send(MEMBERS[0], mlm.ConnectionClose())
+        self.collect()
+        self.got.pop(MEMBERS[0], None)
+        again = {seq for got in self.got.values() for seq, _ in got} & {s for s, _ in first}
+        self.assertEqual(again, set())
+
+    def test_leaseExpiry(self) -> None:
+        """A member holding a record past the lease loses its records to the others."""
+        self.h.close()
+        self.limits = Limits(group_lease=10)
+        self.h = self.harness()
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(20)
+        self.collect()
+        slow = MEMBERS[0]
+        held = {seq for seq, _ in self.got.pop(slow)}
+        self.h.send(MEMBERS[1], mlm.StreamCommit("s", 20))
+        for _ in range(3):
+            self.h.clock.advance(5)
+            self.h.send(MEMBERS[1], mlm.ConnectionPing())
+            self.h.send(MEMBERS[1], mlm.StreamCommit("s", 20))
+            self.h.broker.expire_silent()  # the sweep, as the broker's timer runs it
+        self.collect()
+        self.got.pop(slow, None)
+        self.assertEqual(held - {s for s, _ in self.got[MEMBERS[1]]}, set())
+        self.h.send(slow, mlm.StreamCommit("s", 20))
+        [answer] = [m for m in self.h.take(slow) if isinstance(m, mlm.StreamCommitted)]
+        self.assertEqual(answer.status_code, 300)
+
+
+class CreditTests(GroupTestCase):
+    def test_noCreditWaits(self) -> None:
+        """
+        A member without credit is sent nothing; its subjects' records wait
+        for it, and come in order when it grants credit.
+        """
+        self.join(MEMBERS[0])
+        self.h.send(MEMBERS[0], mlm.Credit(0))
+        self.write(5, subjects=1)
+        self.collect()
+        self.assertEqual(self.got[MEMBERS[0]], [])
+        self.h.send(MEMBERS[0], mlm.Credit(3))
+        self.collect()
+        self.assertEqual([s for s, _ in self.got[MEMBERS[0]]], [1, 2, 3])
+        self.h.send(MEMBERS[0], mlm.Credit(10))
+        self.collect()
+        self.assertEqual([s for s, _ in self.got[MEMBERS[0]]], [1, 2, 3, 4, 5])
+
+    def test_fullQueuesReadAgainFromTheJournal(self) -> None:
+        """
+        More records than a member without credit can queue: the group
+        falls behind and reads them from the journal later, none lost.
+        """
+        self.join(MEMBERS[0])
+        self.h.send(MEMBERS[0], mlm.Credit(0))
+        self.write(1000, subjects=1)
+        self.collect()
+        self.h.send(MEMBERS[0], mlm.Credit(60_000))
+        for _ in range(20):
+            self.h.clock.advance(0.1)
+            self.collect()
+        self.assertEqual([s for s, _ in self.got[MEMBERS[0]]], list(range(1, 1001)))
+
+
+class DurableTests(GroupTestCase):
+    def test_positionSurvivesRestart(self) -> None:
+        """
+        A group whose members committed part of what they got resumes,
+        after a restart, with only the unacknowledged records.
+        """
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(60)
+        self.collect()
+        acked: set[int] = set()
+        for route in MEMBERS[:2]:
+            got = self.got[route]
+            upto = got[len(got) // 2][0]
+            self.h.send(route, mlm.StreamCommit("s", upto))
+            acked |= {s for s, _ in got if s <= upto}
+        self.collect()
+        self.h.settle()
+        self.h.close()
+        self.h = self.harness()
+        self.got.clear()
+        self.join(MEMBERS[2])
+        self.collect()
+        self.assertEqual(
+            sorted(s for s, _ in self.got[MEMBERS[2]]), sorted(set(range(1, 61)) - acked)
+        )
