@@ -48,9 +48,11 @@ from malamute_pack.store import DurableCallback, Store, StoreError
 
 _log = Logger()
 
-# A member's queue of records assigned and not sent yet (it has no credit):
-# when one is full, the group takes nothing more and reads it again later.
+# A member's queue of records assigned and not sent yet (it has no credit),
+# in records and content bytes (one record always fits): when one is full,
+# the group takes nothing more and reads it again later.
 MAX_PENDING = 256
+MAX_PENDING_BYTES = 4 * 1024 * 1024
 
 
 def _weight(member: str, subject: str) -> bytes:
@@ -84,6 +86,7 @@ class Member:
     name: str
     connection: Connection
     pending: deque[StreamRecord] = field(default_factory=deque)
+    pending_bytes: int = 0
     unacked: dict[int, StreamRecord] = field(default_factory=dict)
     unacked_bytes: int = 0
     # When its oldest unacknowledged record was sent (None: it holds none).
@@ -145,7 +148,9 @@ class Group:
         member = holder[0] if holder is not None else self._choose(record.subject)
         if member is None:
             return False
-        if len(member.pending) >= MAX_PENDING:
+        if member.pending and (
+            len(member.pending) >= MAX_PENDING or member.pending_bytes >= MAX_PENDING_BYTES
+        ):
             return False
         self._assign(member, record)
         self.seen = seq
@@ -160,6 +165,7 @@ class Group:
 
     def _assign(self, member: Member, record: StreamRecord) -> None:
         member.pending.append(record)
+        member.pending_bytes += _size(record)
         self.assigned.add(record.seq)
         holder = self.holders.get(record.subject)
         self.holders[record.subject] = (member, (holder[1] if holder else 0) + 1)
@@ -179,7 +185,7 @@ class Group:
         records = sorted([*member.unacked.values(), *member.pending], key=lambda r: r.seq)
         member.unacked.clear()
         member.pending.clear()
-        member.unacked_bytes = 0
+        member.unacked_bytes = member.pending_bytes = 0
         member.holding_since = None
         for record in records:
             self._release(record)
@@ -342,6 +348,8 @@ class Groups:
             group.assigned = BitMap64()
             group.holders.clear()
             self._streams.cancel(group.reader, stream)
+            # Its position is kept (the consumers'); the group is made again on a join.
+            del self.groups[(stream, group.name)]
         self.save(group)
         self._resume(group)
 
@@ -377,8 +385,10 @@ class Groups:
                 return
             pending.popleft()
             connection.took()
+            size = _size(record)
+            member.pending_bytes -= size
             member.unacked[record.seq] = record
-            member.unacked_bytes += _size(record)
+            member.unacked_bytes += size
             if member.holding_since is None:
                 member.holding_since = self.now()
 
@@ -399,8 +409,10 @@ class Groups:
             return False
         member = found[1]
         del member.unacked[record.seq]
-        member.unacked_bytes -= _size(record)
+        size = _size(record)
+        member.unacked_bytes -= size
         member.pending.appendleft(record)
+        member.pending_bytes += size
         if connection.credit is not None:
             connection.credit += 1
         self._stalled.add(connection)

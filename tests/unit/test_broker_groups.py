@@ -179,6 +179,26 @@ class LeavingTests(GroupTestCase):
         self.assertEqual(answer.status_code, 300)
 
 
+class RejoinTests(GroupTestCase):
+    def test_groupWithoutMembersResumesFromItsPosition(self) -> None:
+        """
+        When every member has left, a new member gets what was not
+        acknowledged, then what came meanwhile; the emptied group is not kept.
+        """
+        self.join(MEMBERS[0])
+        self.write(10)
+        self.collect()
+        self.h.send(MEMBERS[0], mlm.StreamCommit("s", 6))
+        self.h.send(MEMBERS[0], mlm.ConnectionClose())
+        self.collect()
+        self.assertEqual(self.h.broker.consumers.groups.groups, {})
+        self.write(5, start=10)
+        self.got.clear()
+        self.join(MEMBERS[1])
+        self.collect()
+        self.assertEqual([s for s, _ in self.got[MEMBERS[1]]], list(range(7, 16)))
+
+
 class CreditTests(GroupTestCase):
     def test_noCreditWaits(self) -> None:
         """
