@@ -142,7 +142,9 @@ def _consumer_scenario(name: str, members: int, group: str) -> Scenario:
     """
     Stream 1:1 read by a version 2 reader (C{members} 0), a durable consumer
     (C{group} empty), or a consumer group's C{members}; consumers commit
-    every L{COMMIT_EVERY} records.
+    every L{COMMIT_EVERY} records. Each group scenario has a group of its
+    own: members of another scenario's, gone but not yet expired, would
+    hold records.
     """
     if members == 0:
         setups: list[mlm.Message] = [mlm.StreamReadFrom(STREAM, "", mlm.LATEST, 0)]
@@ -249,9 +251,9 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         _consumer_scenario("stream_1to1_v2", 0, ""),
         _consumer_scenario("stream_1to1_consumer", 1, ""),
-        _consumer_scenario("stream_group1", 1, "bench-group"),
-        _consumer_scenario("stream_group3", 3, "bench-group"),
-        _consumer_scenario("stream_group10", 10, "bench-group"),
+        _consumer_scenario("stream_group1", 1, "bench-group1"),
+        _consumer_scenario("stream_group3", 3, "bench-group3"),
+        _consumer_scenario("stream_group10", 10, "bench-group10"),
         _latency_scenario(),
         # Played by malamute_pack.bench.scale: default_n is its stream_1to1 runs'.
         Scenario(SCALE, (), 300_000),

@@ -32,6 +32,7 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyroaring import BitMap64
 from twisted.internet.interfaces import IReactorTime
@@ -60,10 +61,6 @@ def _weight(member: str, subject: str) -> bytes:
     return hashlib.blake2b(f"{member}\x00{subject}".encode(), digest_size=8).digest()
 
 
-def _size(record: StreamRecord) -> int:
-    return sum(map(len, record.content))
-
-
 def committed_answer(connection: Connection, stream: str, sequence: int) -> DurableCallback:
     """What tells C{connection} its commit up to C{sequence} is durable, or failed."""
     session = connection.session
@@ -79,15 +76,23 @@ def committed_answer(connection: Connection, stream: str, sequence: int) -> Dura
     return durable
 
 
+# A record a member holds, with its content's size in bytes.
+Held = tuple[StreamRecord, int]
+
+
 @dataclass(eq=False)
 class Member:
-    """One member of a group: its connection, what it waits to be sent and what it holds."""
+    """
+    One member of a group: its connection, what it waits to be sent
+    (C{pending}, in the order assigned) and what it was sent and has not
+    acknowledged (C{unacked}, by sequence number in the order sent).
+    """
 
     name: str
     connection: Connection
-    pending: deque[StreamRecord] = field(default_factory=deque)
+    pending: deque[Held] = field(default_factory=deque)
     pending_bytes: int = 0
-    unacked: dict[int, StreamRecord] = field(default_factory=dict)
+    unacked: dict[int, Held] = field(default_factory=dict)
     unacked_bytes: int = 0
     # When its oldest unacknowledged record was sent (None: it holds none).
     holding_since: float | None = None
@@ -109,7 +114,7 @@ class Group:
         self._groups = groups
         self.members: dict[str, Member] = {}
         # Per subject, the member holding records of it and how many.
-        self.holders: dict[str, tuple[Member, int]] = {}
+        self.holders: dict[str, list[Any]] = {}  # [Member, int]
         self.assigned = BitMap64()  # records assigned and not acknowledged
         self.acked = BitMap64()  # records acknowledged past the position
         self.seen = 0  # the last record the group took
@@ -145,14 +150,13 @@ class Group:
         if seq <= self.seen or seq in self.acked:
             return True  # acknowledged before (a resume from the position)
         holder = self.holders.get(record.subject)
-        member = holder[0] if holder is not None else self._choose(record.subject)
+        member: Member | None = holder[0] if holder is not None else self._choose(record.subject)
         if member is None:
             return False
-        if member.pending and (
-            len(member.pending) >= MAX_PENDING or member.pending_bytes >= MAX_PENDING_BYTES
-        ):
+        pending = member.pending
+        if pending and (len(pending) >= MAX_PENDING or member.pending_bytes >= MAX_PENDING_BYTES):
             return False
-        self._assign(member, record)
+        self._assign(member, record, sum(map(len, record.content)))
         self.seen = seq
         self._groups.pump(member)
         return True
@@ -163,17 +167,20 @@ class Group:
             return None
         return max(members.values(), key=lambda m: _weight(m.name, subject))
 
-    def _assign(self, member: Member, record: StreamRecord) -> None:
-        member.pending.append(record)
-        member.pending_bytes += _size(record)
+    def _assign(self, member: Member, record: StreamRecord, size: int) -> None:
+        member.pending.append((record, size))
+        member.pending_bytes += size
         self.assigned.add(record.seq)
         holder = self.holders.get(record.subject)
-        self.holders[record.subject] = (member, (holder[1] if holder else 0) + 1)
+        if holder is None:
+            self.holders[record.subject] = [member, 1]
+        else:
+            holder[1] += 1
 
     def _release(self, record: StreamRecord) -> None:
-        member, count = self.holders[record.subject]
-        if count > 1:
-            self.holders[record.subject] = (member, count - 1)
+        holder = self.holders[record.subject]
+        if holder[1] > 1:
+            holder[1] -= 1
         else:
             del self.holders[record.subject]
 
@@ -182,20 +189,20 @@ class Group:
     def leave(self, member: Member) -> None:
         """C{member} is gone: its records, sent or not, are assigned again in order."""
         del self.members[member.name]
-        records = sorted([*member.unacked.values(), *member.pending], key=lambda r: r.seq)
+        held = sorted([*member.unacked.values(), *member.pending], key=lambda h: h[0].seq)
         member.unacked.clear()
         member.pending.clear()
         member.unacked_bytes = member.pending_bytes = 0
         member.holding_since = None
-        for record in records:
+        for record, _ in held:
             self._release(record)
         if not self.members:
             return  # still assigned: the position stays before them
-        for record in records:
+        for record, size in held:
             holder = self.holders.get(record.subject)
             target = holder[0] if holder is not None else self._choose(record.subject)
             assert target is not None
-            self._assign(target, record)
+            self._assign(target, record, size)
         for other in list(self.members.values()):
             self._groups.pump(other)
 
@@ -205,20 +212,25 @@ class Group:
         before it (in the order sent, which is the order it received them:
         a record given back by another member may come after later ones).
         """
-        if upto not in member.unacked:
+        unacked = member.unacked
+        if upto not in unacked:
             return  # acknowledged already, or never sent to it
         done = []
-        for seq in member.unacked:
+        for seq in unacked:
             done.append(seq)
             if seq == upto:
                 break
+        release = self._release
+        freed = 0
         for seq in done:
-            record = member.unacked.pop(seq)
-            member.unacked_bytes -= _size(record)
-            self._release(record)
-            self.assigned.discard(seq)
-            self.acked.add(seq)
-        if not member.unacked:
+            record, size = unacked.pop(seq)
+            freed += size
+            release(record)
+        member.unacked_bytes -= freed
+        acked = BitMap64(done)
+        self.assigned -= acked
+        self.acked |= acked
+        if not unacked:
             member.holding_since = None
         elif done:
             member.holding_since = self._groups.now()
@@ -375,22 +387,24 @@ class Groups:
         """Send C{member} what it was assigned while it can take it."""
         connection = member.connection
         pending = member.pending
-        session = connection.session
-        while pending and connection.can_take():
-            if member.unacked_bytes > self._max_unacked_bytes:
-                return  # it holds enough: more when it commits
-            record = pending[0]
-            if not session.deliver_stream(record):
+        unacked = member.unacked
+        deliver = connection.session.deliver_stream
+        limit = self._max_unacked_bytes
+        sent = 0
+        while pending and connection.can_take() and member.unacked_bytes <= limit:
+            held = pending[0]
+            record, size = held
+            if not deliver(record):
                 self._stalled.add(connection)
-                return
+                break
             pending.popleft()
             connection.took()
-            size = _size(record)
             member.pending_bytes -= size
-            member.unacked[record.seq] = record
+            unacked[record.seq] = held
             member.unacked_bytes += size
-            if member.holding_since is None:
-                member.holding_since = self.now()
+            sent += 1
+        if sent and member.holding_since is None:
+            member.holding_since = self.now()
 
     def pump_connection(self, connection: Connection) -> None:
         """C{connection} may take more (credit, unstalled): pump its memberships."""
@@ -408,11 +422,10 @@ class Groups:
         if found is None or record.seq not in found[1].unacked:
             return False
         member = found[1]
-        del member.unacked[record.seq]
-        size = _size(record)
-        member.unacked_bytes -= size
-        member.pending.appendleft(record)
-        member.pending_bytes += size
+        held = member.unacked.pop(record.seq)
+        member.unacked_bytes -= held[1]
+        member.pending.appendleft(held)
+        member.pending_bytes += held[1]
         if connection.credit is not None:
             connection.credit += 1
         self._stalled.add(connection)
