@@ -42,7 +42,7 @@ from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.session import PartySession
 from malamute_pack.broker.stalled import Stalled
-from malamute_pack.broker.streams import Streams
+from malamute_pack.broker.streams import Streams, check_pattern
 from malamute_pack.protocol import mlm
 from malamute_pack.protocol.records import GROUP, ConsumerPosition, StreamRecord
 from malamute_pack.store import DurableCallback, Store, StoreError
@@ -54,6 +54,10 @@ _log = Logger()
 # the group takes nothing more and reads it again later.
 MAX_PENDING = 256
 MAX_PENDING_BYTES = 4 * 1024 * 1024
+
+
+# The whence a member may join with: its group's position, or a reset.
+_RESETS = frozenset({mlm.RESUME, mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE})
 
 
 def _weight(member: str, subject: str) -> bytes:
@@ -299,6 +303,13 @@ class Groups:
         assert store is not None
         if (connection, stream) in self._members:
             raise Refused(f"already consuming stream {stream!r}")
+        # Refused before anything changes.
+        check_pattern(message.pattern)
+        if message.whence not in _RESETS:
+            raise Refused(
+                "invalid position: a group starts from its position, or resets to"
+                " latest, earliest or a sequence number"
+            )
         group = self.groups.get((stream, name))
         if group is None:
             group = self.groups[(stream, name)] = Group(self, stream, name, message.pattern)
@@ -334,13 +345,8 @@ class Groups:
             group.seen = store.last_seq(stream)
         elif whence == mlm.EARLIEST:
             group.seen = store.first_seq(stream) - 1
-        elif whence == mlm.SEQUENCE:
-            group.seen = max(1, position) - 1
         else:
-            raise Refused(
-                "invalid position: a group starts from its position, or resets to"
-                " latest, earliest or a sequence number"
-            )
+            group.seen = max(1, position) - 1
 
     def leave(self, connection: Connection, stream: str) -> None:
         """C{connection} stopped reading C{stream}: it leaves its group there."""

@@ -107,6 +107,22 @@ class SharingTests(GroupTestCase):
         assert isinstance(got[0], mlm.Error)
         self.assertIn("reads 'k1'", got[0].status_reason)
 
+    def test_refusalsChangeNothing(self) -> None:
+        """
+        A join refused for its pattern or its position leaves no group and
+        no membership behind: the connection can join properly after.
+        """
+        self.h.open(MEMBERS[0], "", version=2)
+        for bad in (
+            mlm.StreamConsume("s", "regex:(", "m1", "g"),
+            mlm.StreamConsume("s", "", "m1", "g", mlm.TIME, 5),
+        ):
+            got = self.h.command(MEMBERS[0], bad)
+            self.assertIsInstance(got[0], mlm.Error, bad)
+        self.assertEqual(self.h.broker.consumers.groups.groups, {})
+        got = self.h.command(MEMBERS[0], mlm.StreamConsume("s", "", "m1", "g"))
+        self.assertEqual(got[:1], [mlm.Ok()])
+
     def test_groupsAreIndependent(self) -> None:
         """Two groups on one stream each get every record once."""
         self.join(MEMBERS[0], group="a")
