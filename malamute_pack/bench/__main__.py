@@ -49,7 +49,18 @@ once a second anyway (the C broker expires silent clients), so the
 timeout changes no traffic, and a long one means a stall of this shared
 machine never expires a client in the middle of a run. For a like-for-like
 scale comparison, its idle clients ping both brokers (the other needs it;
-against its own brokers alone they stay silent).
+against its own brokers alone they stay silent). Scale's memory figures
+are a broker's growth, so only a broker's first play measures them (a later
+play on the same process reuses what the first freed): the comparison
+takes them from the first round (L{malamute_pack.bench.compare}).
+
+``--silent-idle`` keeps scale's idle clients silent against an external
+broker too (``--endpoint``, ``--compare``), which must then not expire
+them within a play (the C broker: a long ``server/timeout``). Pings touch
+each connection's ZeroMQ queues, so pinged clients' memory grows with the
+time they wait for the slowest to open: silent ones give the same figure
+from one play to the next, the way to set two brokers' memory per idle
+client side by side (a fresh broker process per play, alternating).
 
 ``--profile FILE`` runs the journal-on broker (the journal-off one with
 ``--journal off``) under cProfile (the stream scenarios, unless
@@ -191,6 +202,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the process of the broker at --endpoint or --compare's EP (for scale's memory)",
     )
     parser.add_argument(
+        "--silent-idle",
+        action="store_true",
+        help="scale's idle clients never ping, against --endpoint's or --compare's broker too "
+        "(which must then not expire silent clients during a play): memory figures that do "
+        "not depend on how long the clients waited",
+    )
+    parser.add_argument(
         "--rates",
         type=_rates,
         default=DEFAULT_RATES,
@@ -234,6 +252,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--rounds must be at least 1")
     if args.broker_pid is not None and args.endpoint is None and args.compare is None:
         parser.error("--broker-pid is an external broker's: give --endpoint or --compare")
+    if args.silent_idle and args.endpoint is None and args.compare is None:
+        parser.error("--silent-idle is for an external broker (the bench's own are never pinged)")
     if args.clients < 1:
         parser.error("--clients must be at least 1")
     if args.subscriptions < 0:
@@ -334,14 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     profile=profile,
                 ) as broker,
             ):
-                ours = Target(broker.endpoint, journal, OURS, broker.pid, ping_idle=True)
+                ping = not args.silent_idle
+                ours = Target(broker.endpoint, journal, OURS, broker.pid, ping_idle=ping)
                 other = Target(
-                    args.compare, None, OTHER, args.broker_pid, extensions=False, ping_idle=True
+                    args.compare, None, OTHER, args.broker_pid, extensions=False, ping_idle=ping
                 )
                 rounds = args.rounds or DEFAULT_ROUNDS
                 results += run_comparison(names, ours, other, choices, rounds, context, emit)
         elif args.endpoint is not None:
-            target = Target(args.endpoint, pid=args.broker_pid, ping_idle=True)
+            target = Target(args.endpoint, pid=args.broker_pid, ping_idle=not args.silent_idle)
             results += play_all(names, target, choices, context)
         else:
             runs = plan(names, args.journal or JOURNAL_BOTH)

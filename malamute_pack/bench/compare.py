@@ -18,7 +18,10 @@ more where it has them, each with a ratio named for its direction:
 fan-out's deliveries (``delivered_ratio``, ours over other), service and
 latency percentiles (``p99_ratio_other_over_ours``: other over ours, so
 that again above 1 means ours is better), scale's throughput ratio and
-memory per client.
+memory per client. Scale's memory figures are the broker process's growth
+over the play, which only a broker's first play measures (a later play on
+the same process reuses the memory the first one's clients freed, and
+shows about half the growth): they are taken from the first round alone.
 
 The other broker is not ours: a scenario that needs our extensions
 (mailbox_durable) is played against ours only, and a line says why it
@@ -51,12 +54,15 @@ class Compared:
 
     @ivar key: the figure's name in the runs' lines.
     @ivar label: its name in the comparison line (the key unless given).
+    @ivar first_only: only each broker's first run counts (its process's
+        growth, which later runs on the same process understate).
     """
 
     key: str
     ratio: str = ""
     lower_better: bool = False
     label: str = ""
+    first_only: bool = False
 
     def name(self) -> str:
         return self.label or self.key
@@ -78,8 +84,10 @@ COMPARED: dict[str, tuple[Compared, ...]] = {
     SCALE: (
         Compared("with_msgs_per_s", "ratio", label="msgs_per_s"),
         Compared("ratio", label="with_over_without"),
-        Compared("rss_per_client_kib", "rss_per_client_ratio_other_over_ours", True),
-        Compared("rss_per_subscription_b"),
+        Compared(
+            "rss_per_client_kib", "rss_per_client_ratio_other_over_ours", True, first_only=True
+        ),
+        Compared("rss_per_subscription_b", first_only=True),
     ),
 }
 
@@ -113,8 +121,9 @@ def compare_lines(figures: Sequence[dict[str, str]]) -> list[str]:
     """
     One comparison line per scenario (and rate) that has runs with both
     C{broker=ours} and C{broker=other} among C{figures}, in the order they
-    first appear: medians over each broker's runs, ratios of the medians;
-    ``rounds`` is the fewer of the two brokers' runs.
+    first appear: medians over each broker's runs (its first run alone for
+    a L{Compared.first_only} figure), ratios of the medians; ``rounds`` is
+    the fewer of the two brokers' runs.
     """
     groups: dict[tuple[str, str], dict[str, list[dict[str, str]]]] = {}
     for run in figures:
@@ -127,8 +136,9 @@ def compare_lines(figures: Sequence[dict[str, str]]) -> list[str]:
             continue
         fields = [f"scenario={scenario}", *([f"rate={rate}"] if rate else [])]
         for figure in compared(scenario):
-            mine = median([run[figure.key] for run in ours])
-            theirs = median([run[figure.key] for run in other])
+            counted = 1 if figure.first_only else None
+            mine = median([run[figure.key] for run in ours[:counted]])
+            theirs = median([run[figure.key] for run in other[:counted]])
             fields += [f"ours_{figure.name()}={mine}", f"other_{figure.name()}={theirs}"]
             if figure.ratio:
                 value = ratio(theirs, mine) if figure.lower_better else ratio(mine, theirs)

@@ -4,7 +4,8 @@ CONNECTION_OPEN and its end (close, expiry, takeover, violation): address,
 credit, what it writes and reads, what it serves, the letters it holds and
 the receipts it is owed.
 
-Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_sessions.py``.
+Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_sessions.py``,
+``tests/unit/test_broker_idle_memory.py``.
 """
 
 from __future__ import annotations
@@ -72,18 +73,18 @@ class Connection:
     credit: int | None = None
     writer: Stream | None = None
     reading: dict[str, set[str]] = field(default_factory=dict)
-    offers: dict[str, set[str]] = field(default_factory=dict)
+    _offers: dict[str, set[str]] | None = field(default=None, init=False, repr=False)
     behind: dict[str, int] = field(default_factory=dict)
-    replaying: set[str] = field(default_factory=set)
-    held: dict[int, Letter] = field(default_factory=dict)
+    _replaying: set[str] | None = field(default=None, init=False, repr=False)
+    _held: dict[int, Letter] | None = field(default=None, init=False, repr=False)
     receipts: Receipts = field(default_factory=Receipts)
     last_dispatch: int = 0
     dropped: int = 0
     stalled: bool = False
     remote: bool = False
     internal: bool = False
-    history: set[str] = field(default_factory=set)
-    ranges: dict[str, RangeRead] = field(default_factory=dict)
+    _history: set[str] | None = field(default=None, init=False, repr=False)
+    _ranges: dict[str, RangeRead] | None = field(default=None, init=False, repr=False)
     consuming: dict[str, str] | None = None
     # When it opened (clock seconds; the management API shows its age).
     opened: float = 0.0
@@ -91,6 +92,44 @@ class Connection:
     def __post_init__(self) -> None:
         if not self.opened:
             self.opened = self.last_seen
+
+    # offers, replaying, held, history and ranges are made on first use: most
+    # connections never need them, and an idle client should cost little
+    # (an empty set takes 216 bytes, an empty dict 64).
+
+    @property
+    def offers(self) -> dict[str, set[str]]:
+        if self._offers is None:
+            self._offers = {}
+        return self._offers
+
+    @property
+    def replaying(self) -> set[str]:
+        if self._replaying is None:
+            self._replaying = set()
+        return self._replaying
+
+    @property
+    def held(self) -> dict[int, Letter]:
+        if self._held is None:
+            self._held = {}
+        return self._held
+
+    def held_count(self) -> int:
+        """How many letters it holds (asking makes no table)."""
+        return len(self._held) if self._held else 0
+
+    @property
+    def history(self) -> set[str]:
+        if self._history is None:
+            self._history = set()
+        return self._history
+
+    @property
+    def ranges(self) -> dict[str, RangeRead]:
+        if self._ranges is None:
+            self._ranges = {}
+        return self._ranges
 
     @property
     def gone(self) -> bool:
@@ -106,7 +145,10 @@ class Connection:
             self.credit -= 1
 
     def subscriptions(self) -> int:
-        return sum(map(len, self.reading.values())) + sum(map(len, self.offers.values()))
+        offers = self._offers
+        return sum(map(len, self.reading.values())) + (
+            sum(map(len, offers.values())) if offers else 0
+        )
 
     def release(self, tracker: str) -> Letter | None:
         """The oldest held letter with C{tracker}, now released, if any."""

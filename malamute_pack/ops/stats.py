@@ -279,7 +279,7 @@ class Statistics:
             "credit": connection.credit,
             "subscriptions": connection.subscriptions(),
             "queued": self._owed(connection),
-            "held": len(connection.held),
+            "held": connection.held_count(),
             "connected_s": round(max(0.0, now - connection.opened), 3),
             "internal": connection.internal or connection.remote,
         }

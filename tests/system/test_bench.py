@@ -319,6 +319,18 @@ class OptionsTests(SynchronousTestCase):
         args = parse(["--endpoint", "ipc://@/a", "--scenario", "scale", "--broker-pid", "7"])
         self.assertEqual((args.broker_pid, args.clients, args.subscriptions), (7, 10_000, 100_000))
 
+    def test_silentIdle(self) -> None:
+        """
+        --silent-idle keeps scale's idle clients from pinging an external
+        broker (they ping one by default); the bench's own are never pinged.
+        """
+        self.assertFalse(parse(["--endpoint", "ipc://@/a"]).silent_idle)
+        self.assertTrue(parse(["--endpoint", "ipc://@/a", "--silent-idle"]).silent_idle)
+        self.assertTrue(
+            parse(["--compare", "ipc://@/a", "--journal", "on", "--silent-idle"]).silent_idle
+        )
+        self.assertIn("external broker", self._refused("--silent-idle"))
+
 
 class BrokerSide:
     """

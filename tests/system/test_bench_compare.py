@@ -159,6 +159,38 @@ class CompareLinesTests(SynchronousTestCase):
             ],
         )
 
+    def test_scaleMemoryFromTheFirstRound(self) -> None:
+        """
+        Scale's memory figures come from each broker's first run alone (a
+        later run on the same process reuses what the first freed); its
+        throughput is still the median of every round.
+        """
+        rows = (
+            ("ours", "900", "29.00", "2000"),
+            ("other", "600", "28.00", "900"),
+            ("other", "700", "14.00", "400"),
+            ("ours", "1000", "15.00", "500"),
+            ("ours", "1100", "14.50", "450"),
+            ("other", "800", "13.00", "300"),
+        )
+        runs = [
+            _run(
+                "scale",
+                broker,
+                with_msgs_per_s=rate,
+                ratio="1.00",
+                rss_per_client_kib=kib,
+                rss_per_subscription_b=per_read,
+            )
+            for broker, rate, kib, per_read in rows
+        ]
+        [line] = compare_lines(runs)
+        self.assertIn(" ours_msgs_per_s=1000 other_msgs_per_s=700 ", line)
+        self.assertIn(" ours_rss_per_client_kib=29.00 other_rss_per_client_kib=28.00 ", line)
+        self.assertIn(" rss_per_client_ratio_other_over_ours=0.97 ", line)
+        self.assertIn(" ours_rss_per_subscription_b=2000 other_rss_per_subscription_b=900 ", line)
+        self.assertTrue(line.endswith(" rounds=3"), line)
+
 
 class SkipTests(SynchronousTestCase):
     def test_extensions(self) -> None:
