@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
-from malamute_pack.broker.groups import Groups, committed_answer
+from malamute_pack.broker.groups import Groups, check_owner, committed_answer
 from malamute_pack.broker.limits import check_name
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.streams import Streams
@@ -131,12 +131,13 @@ class Consumers:
             raise Refused("invalid position: a consumer cannot start from last values")
         consuming = connection.consuming
         current = consuming.get(stream) if consuming else None
+        user = connection.session.user or ""
         if message.group:
             if current is not None and not self.groups.joined(connection, stream):
                 raise Refused(f"already consuming stream {stream!r} as {current!r}")
             check_name("group name", message.group, self._max_name)
             key = (stream, GROUP, message.group)
-            self.groups.join(connection, message, self._positions.get(key))
+            self.groups.join(connection, message, self._positions.get(key), user)
             if connection.consuming is None:
                 connection.consuming = {}
             connection.consuming[stream] = MEMBER
@@ -147,6 +148,8 @@ class Consumers:
             raise Refused(f"already consuming stream {stream!r} as {current!r}")
         key = (stream, READER, name)
         known = self._positions.get(key)
+        check_owner(known, user, f"consumer {name!r} of stream {stream!r}")
+        owner = known.owner if known is not None else user
         if whence == mlm.RESUME:
             if known is None:
                 seq = store.first_seq(stream) - 1
@@ -156,24 +159,24 @@ class Consumers:
                 self._streams.read_from(
                     connection, stream, message.pattern, mlm.SEQUENCE, known.seq + 1
                 )
-            self._save(key, seq)
+            self._save(key, seq, owner)
         else:
             self._streams.read_from(connection, stream, message.pattern, whence, message.position)
-            self._reset(key, whence, message.position, store)
+            self._reset(key, whence, message.position, store, owner)
         self._hold(connection, key)
 
-    def _reset(self, key: Key, whence: int, position: int, store: Store) -> None:
+    def _reset(self, key: Key, whence: int, position: int, store: Store, owner: str) -> None:
         """Move the consumer's position to just before C{whence}/C{position}."""
         stream = key[0]
         if whence == mlm.LATEST:
-            self._save(key, store.last_seq(stream))
+            self._save(key, store.last_seq(stream), owner)
         elif whence == mlm.EARLIEST:
-            self._save(key, store.first_seq(stream) - 1)
+            self._save(key, store.first_seq(stream) - 1, owner)
         elif whence == mlm.SEQUENCE:
-            self._save(key, max(1, position) - 1)
+            self._save(key, max(1, position) - 1, owner)
         else:  # TIME: the same lookup the read makes
             store.seq_at_time(stream, position / 1000.0).addCallbacks(
-                lambda seq: self._save(key, seq - 1),
+                lambda seq: self._save(key, seq - 1, owner),
                 lambda failure: _log.failure(
                     "consumer {name!r} of {stream!r}: its position was not reset",
                     failure,
@@ -238,11 +241,14 @@ class Consumers:
         key = (stream, READER, name)
         known = self._positions.get(key)
         seq = max(min(wanted, store.last_seq(stream)), known.seq if known is not None else 0)
-        self._save(key, seq, committed_answer(connection, stream, seq))
+        owner = known.owner if known is not None else connection.session.user or ""
+        self._save(key, seq, owner, committed_answer(connection, stream, seq))
 
-    def _save(self, key: Key, seq: int, on_durable: DurableCallback | None = None) -> None:
+    def _save(
+        self, key: Key, seq: int, owner: str, on_durable: DurableCallback | None = None
+    ) -> None:
         stream, kind, name = key
-        position = ConsumerPosition(stream, kind, name, seq, b"", self._clock.seconds())
+        position = ConsumerPosition(stream, kind, name, seq, b"", self._clock.seconds(), owner)
         self._save_position(position, on_durable)
 
     def _save_position(

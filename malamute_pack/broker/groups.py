@@ -38,6 +38,7 @@ from pyroaring import BitMap64
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from malamute_pack.broker.access import NOT_ALLOWED
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.session import PartySession
@@ -63,6 +64,12 @@ _RESETS = frozenset({mlm.RESUME, mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE})
 def _weight(member: str, subject: str) -> bytes:
     """The rendezvous weight of C{member} for C{subject}."""
     return hashlib.blake2b(f"{member}\x00{subject}".encode(), digest_size=8).digest()
+
+
+def check_owner(known: ConsumerPosition | None, user: str, what: str) -> None:
+    """Refuse (403) C{user} a consumer another user owns (C{known}'s owner)."""
+    if known is not None and known.owner and known.owner != user:
+        raise Refused(f"not allowed: {what} belongs to another user", NOT_ALLOWED)
 
 
 def committed_answer(connection: Connection, stream: str, sequence: int) -> DurableCallback:
@@ -111,10 +118,11 @@ class Group:
     position.
     """
 
-    def __init__(self, groups: Groups, stream: str, name: str, pattern: str) -> None:
+    def __init__(self, groups: Groups, stream: str, name: str, pattern: str, owner: str) -> None:
         self.stream = stream
         self.name = name
         self.pattern = pattern
+        self.owner = owner  # the user who may join it ("" for anyone)
         self._groups = groups
         self.members: dict[str, Member] = {}
         # Per subject, the member holding records of it and how many.
@@ -137,7 +145,7 @@ class Group:
         if acked and acked.min() <= floor:
             acked.remove_range(0, floor + 1)
         data = acked.serialize() if acked else b""
-        return ConsumerPosition(self.stream, GROUP, self.name, floor, data, updated)
+        return ConsumerPosition(self.stream, GROUP, self.name, floor, data, updated, self.owner)
 
     def restore(self, position: ConsumerPosition) -> None:
         self.seen = position.seq
@@ -293,10 +301,11 @@ class Groups:
         connection: Connection,
         message: mlm.StreamConsume,
         known: ConsumerPosition | None,
+        user: str,
     ) -> None:
         """
-        Make C{connection} member C{message.consumer} of group
-        C{message.group} on C{message.stream}.
+        Make C{connection} (authenticated as C{user}, "" for none) member
+        C{message.consumer} of group C{message.group} on C{message.stream}.
         """
         stream, name = message.stream, message.group
         store = self._store
@@ -311,12 +320,18 @@ class Groups:
                 " latest, earliest or a sequence number"
             )
         group = self.groups.get((stream, name))
+        what = f"group {name!r} of stream {stream!r}"
         if group is None:
-            group = self.groups[(stream, name)] = Group(self, stream, name, message.pattern)
+            check_owner(known, user, what)
+            owner = known.owner if known is not None else user
+            group = Group(self, stream, name, message.pattern, owner)
+            self.groups[(stream, name)] = group
             if known is not None:
                 group.restore(known)
             else:
                 group.seen = store.first_seq(stream) - 1
+        elif group.owner and group.owner != user:
+            raise Refused(f"not allowed: {what} belongs to another user", NOT_ALLOWED)
         elif group.pattern != message.pattern:
             raise Refused(
                 f"group {name!r} of stream {stream!r} reads {group.pattern!r}, not"

@@ -354,9 +354,10 @@ def owners_page(
 def consumers(conn: sqlite3.Connection) -> list[ConsumerPosition]:
     """Every consumer position kept, least recently used first."""
     cursor = conn.execute(
-        "SELECT stream, kind, name, seq, acked, updated FROM stream_consumers ORDER BY updated"
+        "SELECT stream, kind, name, seq, acked, updated, owner FROM stream_consumers"
+        " ORDER BY updated"
     )
     return [
-        ConsumerPosition(str(st), str(k), str(n), int(q), bytes(a), float(u))
-        for st, k, n, q, a, u in cursor.fetchall()
+        ConsumerPosition(str(st), str(k), str(n), int(q), bytes(a), float(u), str(o))
+        for st, k, n, q, a, u, o in cursor.fetchall()
     ]

@@ -192,7 +192,8 @@ def _add_stream_consumers(db: Database) -> None:
     # readers and consumer groups, docs/protocol.md): every record up to
     # ``seq`` acknowledged, and a group's records acknowledged past it in
     # ``acked`` (a serialized roaring bitmap of sequence numbers, empty for
-    # a reader). Written by the journal's writer in the order of writes.
+    # a reader), and the user who owns it (``owner``, '' for anyone).
+    # Written by the journal's writer in the order of writes.
     db.table("stream_consumers").create(
         {
             "stream": str,
@@ -201,9 +202,10 @@ def _add_stream_consumers(db: Database) -> None:
             "seq": int,
             "acked": bytes,
             "updated": float,
+            "owner": str,
         },
         pk=("stream", "kind", "name"),
-        not_null={"stream", "kind", "name", "seq", "acked", "updated"},
+        not_null={"stream", "kind", "name", "seq", "acked", "updated", "owner"},
         strict=True,
     )
 

@@ -88,9 +88,10 @@ _INSERT_STREAM: Final = (
 _ROWS_PER_INSERT: Final = 128
 
 _UPSERT_CONSUMER: Final = (
-    "INSERT INTO stream_consumers (stream, kind, name, seq, acked, updated)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream, kind, name) DO UPDATE SET"
-    " seq = excluded.seq, acked = excluded.acked, updated = excluded.updated"
+    "INSERT INTO stream_consumers (stream, kind, name, seq, acked, updated, owner)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, kind, name) DO UPDATE SET"
+    " seq = excluded.seq, acked = excluded.acked, updated = excluded.updated,"
+    " owner = excluded.owner"
 )
 _DELETE_CONSUMER: Final = "DELETE FROM stream_consumers WHERE stream = ? AND kind = ? AND name = ?"
 
@@ -312,7 +313,9 @@ def _write_consumer(conn: sqlite3.Connection, op: ConsumerSave) -> None:
     if op.forget:
         conn.execute(_DELETE_CONSUMER, (p.stream, p.kind, p.name))
     else:
-        conn.execute(_UPSERT_CONSUMER, (p.stream, p.kind, p.name, p.seq, p.acked, p.updated))
+        conn.execute(
+            _UPSERT_CONSUMER, (p.stream, p.kind, p.name, p.seq, p.acked, p.updated, p.owner)
+        )
 
 
 @dataclass(slots=True)

@@ -385,6 +385,7 @@ _CHANGES: Final[zproto.Codec[Change]] = zproto.Codec(
                             ("seq", zproto.NUMBER8),
                             ("acked", zproto.CHUNK),
                             ("updated", zproto.REAL8),
+                            ("owner", _TEXT),
                         ),
                     ),
                 ),

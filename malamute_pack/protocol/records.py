@@ -99,7 +99,8 @@ class ConsumerPosition:
     Where a consumer the broker remembers is on ``stream``: every record up
     to ``seq`` acknowledged, and (a group) the records acknowledged past it
     in ``acked``, a serialized roaring bitmap (empty for none); ``updated``
-    when it was last used (epoch seconds).
+    when it was last used (epoch seconds); ``owner`` the authenticated user
+    who made it, the only one who may use it ("" for anyone).
     """
 
     stream: str
@@ -108,6 +109,7 @@ class ConsumerPosition:
     seq: int
     acked: bytes = b""
     updated: float = 0.0
+    owner: str = ""
 
 
 class AppendKey(NamedTuple):

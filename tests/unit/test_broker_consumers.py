@@ -16,6 +16,7 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig
 from malamute_pack.protocol import mlm
 from tests.broker_support import BrokerHarness
+from tests.memory_session import InMemorySession, Said
 
 W, C1, C2 = b"writer", b"consumer-1", b"consumer-2"
 
@@ -262,3 +263,58 @@ class ForgettingTests(ConsumerTestCase):
             self.h.send(C1, mlm.ConnectionPing())
             self.h.broker.expire_silent()
         self.assertIsNotNone(self.h.broker.consumers.position("s", "c1"))
+
+
+class OwnershipTests(ConsumerTestCase):
+    """A consumer or group made by an authenticated user is that user's alone."""
+
+    def answer(self, user: str | None, message: mlm.StreamConsume) -> Said:
+        """What a new session of C{user} is answered when it sends C{message}."""
+        session = InMemorySession(f"{user}-{len(self.sessions)}", user=user)
+        self.sessions.append(session)
+        self.h.broker.receive(session, mlm.ConnectionOpen(version=2))
+        session.said.clear()
+        self.h.broker.receive(session, message)
+        self.h.settle()
+        return next(said for said in session.said if said.what in ("ok", "error"))
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.sessions: list[InMemorySession] = []
+
+    def test_otherUsersRefused(self) -> None:
+        """
+        Alice's consumer: bob and an unauthenticated client get ERROR 403;
+        alice on a new connection gets it.
+        """
+        consume = mlm.StreamConsume("s", "", "c1", "")
+        self.assertEqual(self.answer("alice", consume), Said("ok"))
+        for user in ("bob", None):
+            said = self.answer(user, consume)
+            self.assertEqual(
+                said,
+                Said(
+                    "error",
+                    (403, "not allowed: consumer 'c1' of stream 's' belongs to another user"),
+                ),
+            )
+        self.assertEqual(self.answer("alice", consume), Said("ok"))
+
+    def test_groupOwned(self) -> None:
+        """A group made by alice takes no member of bob's, even after a restart."""
+        self.assertEqual(self.answer("alice", mlm.StreamConsume("s", "", "m1", "g")), Said("ok"))
+        said = self.answer("bob", mlm.StreamConsume("s", "", "m2", "g"))
+        self.assertEqual(said.what, "error")
+        self.assertEqual(said.values[0], 403)
+        for session in self.sessions:
+            self.h.broker.receive(session, mlm.ConnectionClose())
+        self.h.settle()
+        self.restart()
+        said = self.answer("bob", mlm.StreamConsume("s", "", "m2", "g"))
+        self.assertEqual((said.what, said.values[0]), ("error", 403))
+
+    def test_anonymousConsumerOpenToAll(self) -> None:
+        """A consumer made without a user belongs to nobody: anyone may use it."""
+        consume = mlm.StreamConsume("s", "", "c1", "")
+        self.assertEqual(self.answer(None, consume), Said("ok"))
+        self.assertEqual(self.answer("bob", consume), Said("ok"))

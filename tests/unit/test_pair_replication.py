@@ -771,7 +771,13 @@ class ConsumerReplicationTests(ChangesCase):
                 active.save_consumer(ConsumerPosition("s", READER, f"c{n:04d}", n, b"", 1.0))
             await active.flush()
             await passive.execute(
-                [("INSERT INTO stream_consumers VALUES ('s', 'reader', 'stale', 1, x'', 0.0)", ())]
+                [
+                    (
+                        "INSERT INTO stream_consumers"
+                        " VALUES ('s', 'reader', 'stale', 1, x'', 0.0, '')",
+                        (),
+                    )
+                ]
             )
             pair, _ = self.pair(active, passive)
             pair.replica.hello()
