@@ -17,7 +17,7 @@ Tests: ``tests/unit/test_multicast_inbound.py`` (against a broker on real socket
 from __future__ import annotations
 
 import zmq
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall, IReactorFDSet, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -73,6 +73,8 @@ class TcpRepairs:
         self._options = options or ClientOptions()
         self._stall = stall
         self._repairs: dict[Flow, _Repair] = {}
+        # Clients of stopped repairs still closing (waiting for the origin's OK).
+        self._closing: set[Deferred[None]] = set()
         self.started = 0
 
     def start(self, flow: Flow, bridge: InboundBridge) -> None:
@@ -104,14 +106,25 @@ class TcpRepairs:
             if call is not None and call.active():
                 call.cancel()
         if repair.client is not None:
-            repair.client.close().addErrback(lambda failure: None)
+            self._close(repair.client)
         elif repair.connecting is not None:
             repair.connecting.cancel()  # a client still connecting leaves now
+
+    def closed(self) -> Deferred[None]:
+        """Fires once every client of a stopped repair has closed (for a clean stop)."""
+        closing = list(self._closing)
+        return DeferredList(closing, consumeErrors=True).addCallback(lambda _: None)
+
+    def _close(self, client: MalamuteClient) -> None:
+        closing = client.close()
+        self._closing.add(closing)
+        closing.addErrback(lambda failure: None)
+        closing.addBoth(lambda _: self._closing.discard(closing))
 
     def _connected(self, client: MalamuteClient, repair: _Repair) -> None:
         repair.connecting = None
         if repair.stopped:
-            client.close().addErrback(lambda failure: None)
+            self._close(client)
             return
         repair.client = client
         flow = repair.flow

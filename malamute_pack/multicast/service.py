@@ -20,7 +20,7 @@ from typing import Any
 
 import zmq
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IReactorFDSet, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -89,6 +89,7 @@ class BridgeService(Service):
         self._sockets: list[ZmqSocket] = []
         self._sessions: list[OutboundSession] = []
         self._proxy: ProxySource | None = None
+        self._repairs: TcpRepairs | None = None
         self.publishers: list[tuple[str, Publisher]] = []
         self.inbound: list[InboundBridge] = []
         self._paused = False
@@ -143,7 +144,7 @@ class BridgeService(Service):
         if settings.inbound:
             assert self._broker is not None
             marks = self._marks()
-            repairs = TcpRepairs(self._reactor, self._context, self._options)
+            repairs = self._repairs = TcpRepairs(self._reactor, self._context, self._options)
             for into in settings.inbound:
                 bridge = InboundBridge(
                     self._clock, self._broker, into.stream, into.url, marks, repairs
@@ -168,15 +169,18 @@ class BridgeService(Service):
         super().startService()
 
     def stopService(self) -> Deferred[None] | None:
-        """Stop every bridge; with a proxy, fires once its connection is closed."""
+        """
+        Stop every bridge; fires once the proxy's connection and the
+        repairs' clients are closed.
+        """
         super().stopService()
         if self._beats.running:
             self._beats.stop()
         if self.publishers or self.inbound:
             _log.info("multicast bridge status: {status}", status=json.dumps(self.status()))
-        stopping = None
+        stopping: list[Deferred[None]] = []
         if self._proxy is not None:
-            stopping = self._proxy.stop()
+            stopping.append(self._proxy.stop())
             self._proxy = None
         if self._broker is not None:
             for session in self._sessions:
@@ -187,9 +191,14 @@ class BridgeService(Service):
             bridge.close()
         for socket in self._sockets:
             socket.close()
+        if self._repairs is not None:
+            stopping.append(self._repairs.closed())
+            self._repairs = None
         self._sessions, self._sockets = [], []
         self.publishers, self.inbound = [], []
-        return stopping
+        if not stopping:
+            return None
+        return DeferredList(stopping, consumeErrors=True).addCallback(lambda _: None)
 
     # Pausable (the broker's read gate). A PGM socket left unread aborts the
     # process when its queue fills (sockets.py): the inbound bridges shed

@@ -750,6 +750,8 @@ class TcpRepairsTests(TestCase):
     def bridge(self, stall: float) -> tuple[InboundBridge, TcpRepairs]:
         repairs = TcpRepairs(_reactor, self.context, self.options, stall)
         bridge = InboundBridge(_clock, self.broker, LOCAL, URL, {}, repairs)
+        # Cleanups run last first: the repairs' clients closed before the origin stops.
+        self.addCleanup(repairs.closed)
         self.addCleanup(bridge.close)
         return bridge, repairs
 
@@ -838,6 +840,23 @@ class TcpRepairsTests(TestCase):
         self.assertEqual(bridge.counters.notices, 0)
         await self.no_client_left(sockets)
         self.assertEqual(origin_seqs(self.reader), [1, 3, 5, 7])
+
+    async def test_closedWaitsForTheClients(self) -> None:
+        """
+        Once a repair is done, L{TcpRepairs.closed} fires only when its
+        client has closed: no socket and no timer of it is left (a broker
+        stopping waits for it).
+        """
+        endpoint = self.start_origin()
+        await self.write(endpoint, 5, lambda seq: f"temp.{seq}")
+        sockets = zmq_sockets()
+        bridge, repairs = self.bridge(stall=5.0)
+        bridge.received([frames(1, 0, endpoint=endpoint), frames(5, 4, endpoint=endpoint)])
+        flow = bridge.flows[ORIGIN, ORIGIN_STREAM]
+        await wait_for(lambda: not flow.repairing)
+        await repairs.closed()
+        self.assertLessEqual(zmq_sockets(), sockets)
+        self.assertEqual(origin_seqs(self.reader), [1, 2, 3, 4, 5])
 
     async def test_retentionLossReported(self) -> None:
         """
