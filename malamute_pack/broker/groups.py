@@ -387,8 +387,8 @@ class Groups:
         self._resume(group)
 
     def forget_connection(self, connection: Connection) -> None:
-        for key in [k for k in self._members if k[0] is connection]:
-            self._leave(connection, key[1])
+        for stream in list(connection.consuming or ()):
+            self._leave(connection, stream)
 
     def commit(self, connection: Connection, message: mlm.StreamCommit) -> None:
         """A member acknowledges record C{message.sequence} and those it was sent before it."""
@@ -429,8 +429,10 @@ class Groups:
 
     def pump_connection(self, connection: Connection) -> None:
         """C{connection} may take more (credit, unstalled): pump its memberships."""
-        for (member_connection, _), (group, member) in list(self._members.items()):
-            if member_connection is connection:
+        for stream in list(connection.consuming or ()):
+            found = self._members.get((connection, stream))
+            if found is not None:
+                group, member = found
                 self.pump(member)
                 self._resume(group)
 

@@ -123,15 +123,18 @@ def tail(
     with open_client(settings) as client:
         client.set_consumer(stream, pattern, start.whence, start.value)
         while count is None or shown < count:
-            delivery = client.recv()
-            if delivery is None or delivery.command != "STREAM_DELIVER":
-                continue
-            if delivery.address != stream:
-                continue
-            record = Record.from_delivery(delivery)
-            _emit(_json_line(record_json(record)) if as_json else record_line(record))
-            shown += 1
+            if _print_record(client.recv(), stream, as_json):
+                shown += 1
     return 0
+
+
+def _print_record(delivery: Delivery | None, stream: str, as_json: bool) -> bool:
+    """Print C{delivery} if it is a record of C{stream}; whether it was."""
+    if delivery is None or delivery.command != "STREAM_DELIVER" or delivery.address != stream:
+        return False
+    record = Record.from_delivery(delivery)
+    _emit(_json_line(record_json(record)) if as_json else record_line(record))
+    return True
 
 
 def _tail_consumer(
@@ -161,12 +164,9 @@ def _tail_consumer(
                         client.commit(stream, printed)
                         uncommitted = False
                     next_commit = time.monotonic() + COMMIT_EVERY_S
-                if delivery is None or delivery.command != "STREAM_DELIVER":
+                if not _print_record(delivery, stream, as_json):
                     continue
-                if delivery.address != stream or delivery.sequence is None:
-                    continue
-                record = Record.from_delivery(delivery)
-                _emit(_json_line(record_json(record)) if as_json else record_line(record))
+                assert delivery is not None and delivery.sequence is not None  # version 2
                 printed = delivery.sequence
                 uncommitted = True
                 shown += 1
