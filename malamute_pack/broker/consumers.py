@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
-from malamute_pack.broker.groups import Groups, check_owner, committed_answer
+from malamute_pack.broker.groups import Groups, check_join, check_owner, committed_answer
 from malamute_pack.broker.limits import check_name
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.streams import Streams
@@ -45,6 +45,8 @@ Key = tuple[str, str, str]
 TAKEN_OVER = ""
 # What it holds for a member of a group (no reader's name has a NUL).
 MEMBER = "\x00group"
+# What it holds for a member of a group whose home is another broker of a pack.
+REMOTE_MEMBER = "\x00remote"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,16 +135,26 @@ class Consumers:
         current = consuming.get(stream) if consuming else None
         user = connection.session.user or ""
         if message.group:
+            if current == REMOTE_MEMBER:
+                raise Refused(f"already consuming stream {stream!r} in a group")
             if current is not None and not self.groups.joined(connection, stream):
                 raise Refused(f"already consuming stream {stream!r} as {current!r}")
             check_name("group name", message.group, self._max_name)
+            remote = self.groups.remote
+            if current is None and remote is not None and not connection.remote:
+                check_join(message)
+                if remote.join(connection, message, user):
+                    if connection.consuming is None:
+                        connection.consuming = {}
+                    connection.consuming[stream] = REMOTE_MEMBER
+                    return
             key = (stream, GROUP, message.group)
             self.groups.join(connection, message, self._positions.get(key), user)
             if connection.consuming is None:
                 connection.consuming = {}
             connection.consuming[stream] = MEMBER
             return
-        if current == MEMBER:
+        if current in (MEMBER, REMOTE_MEMBER):
             raise Refused(f"already consuming stream {stream!r} in a group")
         if current and current != name:
             raise Refused(f"already consuming stream {stream!r} as {current!r}")
@@ -233,6 +245,10 @@ class Consumers:
                     "no longer a member of the group (its lease expired, or it was taken over)",
                 )
             return
+        if name == REMOTE_MEMBER:
+            assert self.groups.remote is not None
+            self.groups.remote.commit(connection, message)
+            return
         if name == TAKEN_OVER:
             session.committed(
                 stream, wanted, mlm.FAILED, "consumer taken over by another connection"
@@ -273,6 +289,9 @@ class Consumers:
         name = consuming.pop(stream, None)
         if name == MEMBER:
             self.groups.leave(connection, stream)
+        elif name == REMOTE_MEMBER:
+            if self.groups.remote is not None:
+                self.groups.remote.leave(connection, stream)
         elif name:
             key = (stream, READER, name)
             if self._holders.get(key) is connection:
@@ -321,15 +340,24 @@ class Consumers:
 
     def pump(self, connection: Connection) -> None:
         """C{connection} may take more (credit, unstalled): its groups send it what waits."""
-        if connection.consuming and MEMBER in connection.consuming.values():
+        consuming = connection.consuming
+        if not consuming:
+            return
+        names = consuming.values()
+        if MEMBER in names:
             self.groups.pump_connection(connection)
+        if REMOTE_MEMBER in names and self.groups.remote is not None:
+            self.groups.remote.pump(connection)
 
     def undelivered(self, connection: Connection, record: StreamRecord) -> bool:
         """A group's record sent to C{connection} did not go: first in line again."""
         consuming = connection.consuming
-        if consuming is None or consuming.get(record.stream) != MEMBER:
-            return False
-        return self.groups.undelivered(connection, record)
+        name = consuming.get(record.stream) if consuming is not None else None
+        if name == MEMBER:
+            return self.groups.undelivered(connection, record)
+        if name == REMOTE_MEMBER and self.groups.remote is not None:
+            return self.groups.remote.undelivered(connection, record)
+        return False
 
     # Listing
 

@@ -23,6 +23,11 @@ acknowledged past it (a roaring bitmap), saved on each commit
 (L{Store.save_consumer}, kind C{group}); a group whose members are all gone
 resumes from there, the unacknowledged records delivered again.
 
+In a pack a group has one home broker (L{malamute_pack.pack.groups}): the
+model asks its L{RemoteGroups} whether a joining client's group lives on
+another broker, and hands it what such a member sends; at the home, a
+member on another broker is a connection like any other.
+
 Tests: ``tests/unit/test_broker_groups.py``.
 """
 
@@ -32,7 +37,7 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyroaring import BitMap64
 from twisted.internet.interfaces import IReactorTime
@@ -57,6 +62,11 @@ MAX_PENDING = 256
 MAX_PENDING_BYTES = 4 * 1024 * 1024
 
 
+# Records taken past the floor whose origin numbers a group keeps in a pack:
+# past that the oldest are forgotten (the position in origin terms then lags,
+# which can only make another home deliver more again, never skip).
+MAX_TAKEN = 65_536
+
 # The whence a member may join with: its group's position, or a reset.
 _RESETS = frozenset({mlm.RESUME, mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE})
 
@@ -64,6 +74,50 @@ _RESETS = frozenset({mlm.RESUME, mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE})
 def _weight(member: str, subject: str) -> bytes:
     """The rendezvous weight of C{member} for C{subject}."""
     return hashlib.blake2b(f"{member}\x00{subject}".encode(), digest_size=8).digest()
+
+
+def check_join(message: mlm.StreamConsume) -> None:
+    """Refuse a join with a bad pattern or a position a group cannot start from."""
+    check_pattern(message.pattern)
+    if message.whence not in _RESETS:
+        raise Refused(
+            "invalid position: a group starts from its position, or resets to"
+            " latest, earliest or a sequence number"
+        )
+
+
+class RemoteGroups(Protocol):
+    """
+    The groups whose home is another broker of a pack, as the model sees
+    them (L{malamute_pack.pack.groups.PackGroups}; None outside a pack).
+    """
+
+    def join(self, connection: Connection, message: mlm.StreamConsume, user: str) -> bool:
+        """Join C{connection} to its group at the group's home if that is elsewhere; False: here."""
+
+    def commit(self, connection: Connection, message: mlm.StreamCommit) -> None:
+        """A member here whose group lives elsewhere acknowledges."""
+
+    def leave(self, connection: Connection, stream: str) -> None:
+        """A member here whose group lives elsewhere left it."""
+
+    def pump(self, connection: Connection) -> None:
+        """A member here whose group lives elsewhere may take more."""
+
+    def undelivered(self, connection: Connection, record: StreamRecord) -> bool:
+        """A record for a member here whose group lives elsewhere did not go: again first."""
+
+    def ended(self, connection: Connection, stream: str, reason: str) -> None:
+        """A member of a group here (another broker's client) lost its place: it hears."""
+
+    def acknowledged(self, stream: str, group: str) -> dict[str, int] | None:
+        """What other homes of the group acknowledged, per origin ("" for this broker)."""
+
+    def saved(self, group: Group) -> None:
+        """The position of C{group} (its home is here) was saved: the pack hears it."""
+
+    def reset(self, group: Group) -> None:
+        """C{group} (its home is here) was reset: what it acknowledged before counts no more."""
 
 
 def check_owner(known: ConsumerPosition | None, user: str, what: str) -> None:
@@ -132,6 +186,35 @@ class Group:
         self.seen = 0  # the last record the group took
         self.reader = Connection(GroupSession(self), "", 0.0, internal=True)
         self.reading = False
+        # In a pack, the position also in origin terms (portable to another
+        # home): per origin ("" for this broker), the highest origin
+        # sequence number of a record acknowledged at or below the floor
+        # (vector), records taken past the floor with their origin number
+        # (taken), and what another home acknowledged (skip), passed over.
+        self.vector: dict[str, int] = {}
+        self.taken: deque[tuple[int, str, int]] | None = None
+        self.skip: dict[str, int] | None = None
+
+    def track_origins(self, acknowledged: dict[str, int] | None) -> None:
+        """
+        Keep the position in origin terms too, from C{acknowledged} (what
+        another home of the group acknowledged, per origin): those records
+        are passed over.
+        """
+        self.taken = deque()
+        if acknowledged:
+            self.learn(acknowledged)
+
+    def learn(self, acknowledged: dict[str, int]) -> None:
+        """Records acknowledged at another home of the group (per origin) are passed over."""
+        skip = self.skip if self.skip is not None else {}
+        vector = self.vector
+        for origin, seq in acknowledged.items():
+            if seq > skip.get(origin, 0):
+                skip[origin] = seq
+            if seq > vector.get(origin, 0):
+                vector[origin] = seq
+        self.skip = skip
 
     @property
     def floor(self) -> int:
@@ -145,6 +228,13 @@ class Group:
         if acked and acked.min() <= floor:
             acked.remove_range(0, floor + 1)
         data = acked.serialize() if acked else b""
+        taken = self.taken
+        if taken:
+            vector = self.vector
+            while taken and taken[0][0] <= floor:
+                _, origin, origin_seq = taken.popleft()
+                if origin_seq > vector.get(origin, 0):
+                    vector[origin] = origin_seq
         return ConsumerPosition(self.stream, GROUP, self.name, floor, data, updated, self.owner)
 
     def restore(self, position: ConsumerPosition) -> None:
@@ -161,6 +251,12 @@ class Group:
         seq = record.seq
         if seq <= self.seen or seq in self.acked:
             return True  # acknowledged before (a resume from the position)
+        skip = self.skip
+        if skip is not None:
+            origin = record.origin
+            if (record.origin_seq if origin else seq) <= skip.get(origin, 0):
+                self.seen = seq  # acknowledged at another home
+                return True
         holder = self.holders.get(record.subject)
         member: Member | None = holder[0] if holder is not None else self._choose(record.subject)
         if member is None:
@@ -170,6 +266,11 @@ class Group:
             return False
         self._assign(member, record, sum(map(len, record.content)))
         self.seen = seq
+        taken = self.taken
+        if taken is not None:
+            taken.append((seq, record.origin, record.origin_seq or seq))
+            if len(taken) > MAX_TAKEN:
+                taken.popleft()
         self._groups.pump(member)
         return True
 
@@ -286,6 +387,8 @@ class Groups:
         self._lease = lease
         self._max_unacked_bytes = max_unacked_bytes
         self.groups: dict[tuple[str, str], Group] = {}
+        # Where groups homed on another broker of a pack are joined (a pack's).
+        self.remote: RemoteGroups | None = None
         # A connection's membership per stream.
         self._members: dict[tuple[Connection, str], tuple[Group, Member]] = {}
         self.expired = 0
@@ -313,12 +416,7 @@ class Groups:
         if (connection, stream) in self._members:
             raise Refused(f"already consuming stream {stream!r}")
         # Refused before anything changes.
-        check_pattern(message.pattern)
-        if message.whence not in _RESETS:
-            raise Refused(
-                "invalid position: a group starts from its position, or resets to"
-                " latest, earliest or a sequence number"
-            )
+        check_join(message)
         group = self.groups.get((stream, name))
         what = f"group {name!r} of stream {stream!r}"
         if group is None:
@@ -330,6 +428,8 @@ class Groups:
                 group.restore(known)
             else:
                 group.seen = store.first_seq(stream) - 1
+            if self.remote is not None:
+                group.track_origins(self.remote.acknowledged(stream, name))
         elif group.owner and group.owner != user:
             raise Refused(f"not allowed: {what} belongs to another user", NOT_ALLOWED)
         elif group.pattern != message.pattern:
@@ -342,6 +442,7 @@ class Groups:
         previous = group.members.get(message.consumer)
         if previous is not None:
             self._leave(previous.connection, stream)
+            self._ended(previous.connection, stream, "another connection joined as this member")
         member = Member(message.consumer, connection)
         group.members[member.name] = member
         self._members[(connection, stream)] = (group, member)
@@ -356,6 +457,12 @@ class Groups:
     def _reset(self, group: Group, whence: int, position: int, store: Store) -> None:
         stream = group.stream
         group.acked = BitMap64()
+        if group.taken is not None and self.remote is not None:
+            # What was acknowledged anywhere before counts no more.
+            group.track_origins(None)
+            group.vector = {}
+            group.skip = None
+            self.remote.reset(group)
         if whence == mlm.LATEST:
             group.seen = store.last_seq(stream)
         elif whence == mlm.EARLIEST:
@@ -401,6 +508,8 @@ class Groups:
 
     def save(self, group: Group, on_durable: DurableCallback | None = None) -> None:
         self._save(group.position(self.now()), on_durable)
+        if group.taken is not None and self.remote is not None:
+            self.remote.saved(group)
 
     # Delivery to members
 
@@ -479,3 +588,9 @@ class Groups:
                 )
                 self.expired += 1
                 self._leave(connection, stream)
+                self._ended(connection, stream, "its lease expired")
+
+    def _ended(self, connection: Connection, stream: str, reason: str) -> None:
+        """C{connection} lost its place in a group unasked: a remote member's broker hears."""
+        if connection.remote and self.remote is not None:
+            self.remote.ended(connection, stream, reason)

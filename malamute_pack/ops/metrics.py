@@ -377,6 +377,23 @@ class StatisticsCollector(Collector):
         for outcome in ("learned", "ignored"):
             owners.add_metric([outcome], counters.get(f"owners_{outcome}", 0))
         yield owners
+        groups = pack.get("groups") or {}
+        yield GaugeMetricFamily(
+            f"{PREFIX}_pack_group_memberships",
+            "Clients here that are members of a consumer group homed on a peer broker.",
+            groups.get("memberships_elsewhere", 0),
+        )
+        events = CounterMetricFamily(
+            f"{PREFIX}_pack_group_events",
+            "Consumer groups across the pack: members of peers that joined a group here"
+            " (hosted), clients here that joined one homed on a peer (joined_elsewhere),"
+            " memberships moved to a new home, records or answers for a membership"
+            " gone (stale), joins the home refused.",
+            labels=["event"],
+        )
+        for event in ("hosted", "joined_elsewhere", "moved", "stale", "refused"):
+            events.add_metric([event], groups.get(event, 0))
+        yield events
 
     def _limits(self, limits: Mapping[str, Any]) -> Iterator[Metric]:
         family = GaugeMetricFamily(

@@ -13,6 +13,8 @@ Its modules:
   what it sends applied.
 - C{sessions}: the model's sessions for a peer (L{PeerSession},
   L{RemoteHolder}).
+- C{groups}: L{PackGroups}: consumer groups whose members are on several
+  brokers (one home per group; members elsewhere through their broker).
 - C{outbox}: L{PeerOutbox}: what is sent to one peer, in order and bounded.
 - C{zyre}: L{Zyre}: a Zyre node's sockets in the reactor.
 - C{node}: L{ZreNode}: the ZRE node's logic, no socket.

@@ -63,6 +63,11 @@ def pack_section(service: PackService, settings: PackSettings) -> dict[str, Any]
         "curve": zyre is not None and zyre.curve is not None,
         "members": members,
         "counters": dataclasses.asdict(pack.counters),
+        # Consumer groups across the pack (docs/pack.md).
+        "groups": {
+            "memberships_elsewhere": len(pack.groups),
+            **dataclasses.asdict(pack.groups.counters),
+        },
         # CURVE: the nodes turned away, by reason (docs/security.md).
         "refused": refused,
     }

@@ -34,6 +34,7 @@ from malamute_pack.broker.access import Claim, Owners
 from malamute_pack.broker.broker import Broker
 from malamute_pack.broker.letters import Kind
 from malamute_pack.broker.log_limit import LogLimit
+from malamute_pack.pack.groups import PackGroups
 from malamute_pack.pack.outbox import PeerOutbox
 from malamute_pack.pack.peer_broker import Marks, PeerBroker, Relays
 from malamute_pack.protocol import mlm, packlink
@@ -115,9 +116,13 @@ class Pack:
         self._relays: dict[str, Relays] = {}
         self.counters = PackCounters()
         self._log_limit = LogLimit(clock, _log)
+        self.groups = PackGroups(
+            broker, clock, broker_id, lambda: self.peers.values(), owners is not None
+        )
 
     def start(self) -> None:
         self._broker.interests.listener = self
+        self.groups.start()
         if self._owners is not None:
             self._owners.listeners.append(self._claimed)
         self._remember_relayed()
@@ -143,6 +148,7 @@ class Pack:
                     relays.taken((packlink.MAILBOX, relay_id))
 
     def stop(self) -> None:
+        self.groups.stop()
         self._broker.interests.listener = None
         if self._owners is not None and self._claimed in self._owners.listeners:
             self._owners.listeners.remove(self._claimed)
@@ -195,8 +201,11 @@ class Pack:
             return
         if isinstance(message, packlink.Sync):
             member.reset()
+            self.groups.peer_reset(member)
         elif isinstance(message, packlink.Owner):
             self._learn(member, message)
+        elif isinstance(message, packlink.GROUP_MESSAGES):
+            self.groups.receive(member, message)
         else:
             member.receive(message)
 
@@ -232,6 +241,8 @@ class Pack:
         self.counters.joined += 1
         _log.info("pack {pack}: broker {name} joined", pack=self.name, name=peer.name)
         self._resync(member)
+        self.groups.tell(member)  # what groups acknowledged, before members move there
+        self.groups.rehome()
 
     def _remove(self, uuid: bytes) -> None:
         member = self.peers.pop(uuid, None)
@@ -240,6 +251,8 @@ class Pack:
         self.counters.left += 1
         _log.info("pack {pack}: broker {name} left", pack=self.name, name=member.name)
         member.close()
+        self.groups.peer_gone(member.origin)
+        self.groups.rehome()
 
     def _resync(self, member: PeerBroker) -> None:
         """Tell C{member} everything, from scratch."""

@@ -191,7 +191,7 @@ class PeerBroker:
             return
         try:
             if message.HAS_CONTENT:
-                self._check_size(message)
+                self.check_size(message)
             handler(self, message)
         except Refused as e:
             self.counters.refused += 1
@@ -204,7 +204,7 @@ class PeerBroker:
                 reason=e,
             )
 
-    def _check_size(self, message: packlink.LinkMessage) -> None:
+    def check_size(self, message: packlink.LinkMessage) -> None:
         """A peer is held to the limits a client is (its clients were)."""
         limits = self._broker.limits
         content: tuple[bytes, ...] = message.content  # type: ignore[attr-defined]

@@ -26,7 +26,8 @@ from malamute_pack.protocol.errors import Malformed
 
 SIGNATURE: Final = b"\xaa\xa3"
 # 2: OWNER (a CURVE pack's brokers tell each other who owns which address).
-VERSION: Final = 2
+# 3: the GROUP_* messages (consumer groups whose members are on several brokers).
+VERSION: Final = 3
 
 # Field kinds.
 _STRING, _BYTE, _NUMBER2, _NUMBER4, _NUMBER8 = (
@@ -252,10 +253,225 @@ class Owner(LinkMessage):
     claimed: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class GroupJoin(LinkMessage):
+    """
+    A client of the sender joins consumer group C{group} of C{stream} as
+    member C{member}, and the receiver is the group's home: it assigns the
+    member records (L{GroupRecord}) as it would a client of its own.
+    C{whence}/C{position} are STREAM_CONSUME's (positions in the home's copy);
+    C{user} is the client's authenticated user ("" for none), believed in a
+    CURVE pack only.
+    """
+
+    ID: ClassVar[int] = 11
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+        ("pattern", _STRING),
+        ("whence", _BYTE),
+        ("position", _NUMBER8),
+        ("user", _STRING),
+    )
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+    pattern: str = ""
+    whence: int = 0
+    position: int = 0
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCredit(LinkMessage):
+    """The sender can take C{credit} more records for member C{member} of the group."""
+
+    ID: ClassVar[int] = 12
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+        ("credit", _NUMBER4),
+    )
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+    credit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommit(LinkMessage):
+    """
+    Member C{member} acknowledges record C{sequence} (of the home's copy)
+    and every record it was sent before it: STREAM_COMMIT, passed on.
+    """
+
+    ID: ClassVar[int] = 13
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+        ("sequence", _NUMBER8),
+    )
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+    sequence: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLeave(LinkMessage):
+    """Member C{member} left the group (its client cancelled, closed or expired)."""
+
+    ID: ClassVar[int] = 14
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+    )
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord(LinkMessage):
+    """
+    A record the home assigned to member C{member}, numbered C{sequence} in
+    the home's copy of C{stream} (the number the member commits);
+    C{timestamp} in microseconds since the epoch.
+    """
+
+    ID: ClassVar[int] = 15
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+        ("sequence", _NUMBER8),
+        ("timestamp", _NUMBER8),
+        ("sender", _STRING),
+        ("subject", _STRING),
+    )
+    HAS_CONTENT: ClassVar[bool] = True
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+    sequence: int = 0
+    timestamp: int = 0
+    sender: str = ""
+    subject: str = ""
+    content: Sequence[bytes] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommitted(LinkMessage):
+    """The home's answer to a L{GroupCommit}: STREAM_COMMITTED, passed back."""
+
+    ID: ClassVar[int] = 16
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+        ("sequence", _NUMBER8),
+        ("code", _NUMBER2),
+        ("reason", _STRING),
+    )
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+    sequence: int = 0
+    code: int = 200
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEnded(LinkMessage):
+    """
+    The home refused member C{member}'s join, or ended its membership (its
+    lease expired, another took its name): C{code} and C{reason} say why.
+    """
+
+    ID: ClassVar[int] = 17
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("member", _STRING),
+        ("code", _NUMBER2),
+        ("reason", _STRING),
+    )
+    stream: str = ""
+    group: str = ""
+    member: str = ""
+    code: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPosition(LinkMessage):
+    """
+    What the home of group C{group} of C{stream} has acknowledged, in
+    origin terms (portable to another home): per origin broker, the highest
+    origin sequence number at or below which every record of the group is
+    acknowledged, since the group was last reset at C{reset} (µs since the
+    epoch; 0: never): a later reset replaces what an earlier one said. The
+    content is that vector (L{encode_vector}).
+    """
+
+    ID: ClassVar[int] = 18
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("stream", _STRING),
+        ("group", _STRING),
+        ("reset", _NUMBER8),
+    )
+    HAS_CONTENT: ClassVar[bool] = True
+    stream: str = ""
+    group: str = ""
+    reset: int = 0
+    content: Sequence[bytes] = field(default=())
+
+
+# Origins one GROUP_POSITION may name (a pack has fewer brokers).
+MAX_ORIGINS: Final = 4096
+
+
+def encode_vector(vector: dict[str, int]) -> tuple[bytes, ...]:
+    """GROUP_POSITION's content: per origin, a frame of its id and one of its number (8 bytes)."""
+    frames: list[bytes] = []
+    for origin, seq in sorted(vector.items()):
+        frames.append(origin.encode())
+        frames.append(seq.to_bytes(8, "big"))
+    return tuple(frames)
+
+
+def decode_vector(content: Sequence[bytes]) -> dict[str, int]:
+    """The vector a GROUP_POSITION carries; L{MalformedLink} if it is not one."""
+    if len(content) % 2 or len(content) > 2 * MAX_ORIGINS:
+        raise MalformedLink(f"group position of {len(content)} frames")
+    vector: dict[str, int] = {}
+    for i in range(0, len(content), 2):
+        origin, seq = content[i], content[i + 1]
+        if not origin or len(origin) > 255 or len(seq) != 8:
+            raise MalformedLink("group position: an origin or a number of the wrong size")
+        try:
+            vector[origin.decode()] = int.from_bytes(seq, "big")
+        except UnicodeDecodeError as e:
+            raise MalformedLink("group position: an origin not UTF-8") from e
+    return vector
+
+
+# What a pack's brokers say about consumer groups (L{malamute_pack.pack.groups}).
+GROUP_MESSAGES: Final = (
+    GroupJoin, GroupCredit, GroupCommit, GroupLeave, GroupRecord, GroupCommitted, GroupEnded,
+    GroupPosition,
+)  # fmt: skip
+
+
 MESSAGE_TYPES: Final[dict[int, type[LinkMessage]]] = {
     cls.ID: cls
     for cls in (
-        Sync, Interest, Uninterest, Address, Offer, Forward, Letter, Answer, Confirm, Owner
+        Sync, Interest, Uninterest, Address, Offer, Forward, Letter, Answer, Confirm, Owner,
+        *GROUP_MESSAGES,
     )
 }  # fmt: skip
 

@@ -125,8 +125,9 @@ class RenderTests(SynchronousTestCase):
 
     def test_pack(self) -> None:
         """
-        A broker in a CURVE pack shows its members and the nodes it turned
-        away, by reason; one in no pack shows no such family.
+        A broker in a CURVE pack shows its members, the nodes it turned
+        away, by reason, and its consumer groups across the pack; one in no
+        pack shows no such family.
         """
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.addCleanup(context.term)
@@ -156,6 +157,8 @@ class RenderTests(SynchronousTestCase):
         self.assertEqual(value(found, "malamute_pack_refused_total", reason="not_listed"), 1)
         self.assertEqual(value(found, "malamute_pack_refused_total", reason="no_key"), 1)
         self.assertEqual(value(found, "malamute_pack_owner_claims_total", outcome="learned"), 0)
+        self.assertEqual(value(found, "malamute_pack_group_memberships"), 0)
+        self.assertEqual(value(found, "malamute_pack_group_events_total", event="moved"), 0)
         self.assertNotIn("malamute_pack_members", self.found)
 
     def test_liveFigures(self) -> None:

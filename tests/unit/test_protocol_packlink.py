@@ -54,50 +54,58 @@ TYPE_NAMES: dict[type[LinkMessage], str] = {
     packlink.Answer: "ANSWER",
     packlink.Confirm: "CONFIRM",
     packlink.Owner: "OWNER",
+    packlink.GroupJoin: "GROUP_JOIN",
+    packlink.GroupCredit: "GROUP_CREDIT",
+    packlink.GroupCommit: "GROUP_COMMIT",
+    packlink.GroupLeave: "GROUP_LEAVE",
+    packlink.GroupRecord: "GROUP_RECORD",
+    packlink.GroupCommitted: "GROUP_COMMITTED",
+    packlink.GroupEnded: "GROUP_ENDED",
+    packlink.GroupPosition: "GROUP_POSITION",
 }
 
 # (name, message, frames as hex), written out by hand from the layout:
-# AA A3 | id | version 02 | fields (string: length byte + UTF-8; numbers
+# AA A3 | id | version 03 | fields (string: length byte + UTF-8; numbers
 # big-endian), then the content frames of FORWARD and LETTER.
 VECTORS: list[tuple[str, LinkMessage, list[str]]] = [
-    ("sync", Sync("pack-a"), ["aa a3 01 02  06 7061636b2d61  0002"]),
-    ("sync empty", Sync("", 0), ["aa a3 01 02  00  0000"]),
+    ("sync", Sync("pack-a"), ["aa a3 01 03  06 7061636b2d61  0003"]),
+    ("sync empty", Sync("", 0), ["aa a3 01 03  00  0000"]),
     # Lengths count UTF-8 bytes: e-acute is two, the euro sign three.
-    ("sync utf-8", Sync("\u00e9\u20ac", 0x0102), ["aa a3 01 02  05 c3a9 e282ac  0102"]),
+    ("sync utf-8", Sync("\u00e9\u20ac", 0x0102), ["aa a3 01 03  05 c3a9 e282ac  0102"]),
     (
         "interest earliest with history",
         Interest("weather", "temp.*", EARLIEST, 0, 1),
-        ["aa a3 02 02  07 77656174686572  06 74656d702e2a  01  0000000000000000  01"],
+        ["aa a3 02 03  07 77656174686572  06 74656d702e2a  01  0000000000000000  01"],
     ),
     (
         "interest from a sequence",
         Interest("weather", "temp.*", SEQUENCE, 42),
-        ["aa a3 02 02  07 77656174686572  06 74656d702e2a  02  000000000000002a  00"],
+        ["aa a3 02 03  07 77656174686572  06 74656d702e2a  02  000000000000002a  00"],
     ),
-    ("interest latest", Interest("s", ""), ["aa a3 02 02  01 73  00  00  0000000000000000  00"]),
+    ("interest latest", Interest("s", ""), ["aa a3 02 03  01 73  00  00  0000000000000000  00"]),
     (
         "interest at the largest time",
         Interest("s", "", TIME, 0xFFFFFFFFFFFFFFFF, 1),
-        ["aa a3 02 02  01 73  00  03  ffffffffffffffff  01"],
+        ["aa a3 02 03  01 73  00  03  ffffffffffffffff  01"],
     ),
     (
         "uninterest",
         Uninterest("weather", "temp.*"),
-        ["aa a3 03 02  07 77656174686572  06 74656d702e2a"],
+        ["aa a3 03 03  07 77656174686572  06 74656d702e2a"],
     ),
-    ("address present", Address("alice"), ["aa a3 04 02  05 616c696365  01"]),
-    ("address gone", Address("alice", 0), ["aa a3 04 02  05 616c696365  00"]),
-    ("offer", Offer("echo", "ping.*", 3), ["aa a3 05 02  04 6563686f  06 70696e672e2a  00000003"]),
+    ("address present", Address("alice"), ["aa a3 04 03  05 616c696365  01"]),
+    ("address gone", Address("alice", 0), ["aa a3 04 03  05 616c696365  00"]),
+    ("offer", Offer("echo", "ping.*", 3), ["aa a3 05 03  04 6563686f  06 70696e672e2a  00000003"]),
     (
         "offer withdrawn",
         Offer("echo", "ping.*", 0),
-        ["aa a3 05 02  04 6563686f  06 70696e672e2a  00000000"],
+        ["aa a3 05 03  04 6563686f  06 70696e672e2a  00000000"],
     ),
     (
         "forward with content",
         Forward("weather", 7, 1_700_000_000_000_000, "writer", "temp.paris", 0, (b"21C", b"")),
         [
-            "aa a3 06 02  07 77656174686572  0000000000000007  00060a24181e4000"
+            "aa a3 06 03  07 77656174686572  0000000000000007  00060a24181e4000"
             "  06 777269746572  0a 74656d702e7061726973  00",
             "323143",
             "",
@@ -106,13 +114,13 @@ VECTORS: list[tuple[str, LinkMessage, list[str]]] = [
     (
         "forward of history without content",
         Forward("weather", 0x0102030405060708, 0, "", "", 1),
-        ["aa a3 06 02  07 77656174686572  0102030405060708  0000000000000000  00  00  01"],
+        ["aa a3 06 03  07 77656174686572  0102030405060708  0000000000000000  00  00  01"],
     ),
     (
         "letter to a mailbox",
         packlink.Letter(MAILBOX, 5, "bob", "alice", "hi", "t-1", 30_000, (b"hello",)),
         [
-            "aa a3 07 02  01  0000000000000005  03 626f62  05 616c696365  02 6869  03 742d31"
+            "aa a3 07 03  01  0000000000000005  03 626f62  05 616c696365  02 6869  03 742d31"
             "  00007530",
             "68656c6c6f",
         ],
@@ -120,24 +128,66 @@ VECTORS: list[tuple[str, LinkMessage, list[str]]] = [
     (
         "letter to a service without content",
         packlink.Letter(SERVICE, 0xFFFFFFFFFFFFFFFF, "", "echo", "", "", 0xFFFFFFFF),
-        ["aa a3 07 02  02  ffffffffffffffff  00  04 6563686f  00  00  ffffffff"],
+        ["aa a3 07 03  02  ffffffffffffffff  00  04 6563686f  00  00  ffffffff"],
     ),
-    ("answer stored", Answer(5), ["aa a3 08 02  0000000000000005  01  00c8  00"]),
-    ("answer done", Answer(6, DONE), ["aa a3 08 02  0000000000000006  02  00c8  00"]),
+    ("answer stored", Answer(5), ["aa a3 08 03  0000000000000005  01  00c8  00"]),
+    ("answer done", Answer(6, DONE), ["aa a3 08 03  0000000000000006  02  00c8  00"]),
     (
         "answer refused",
         Answer(5, STORED, 503, "full"),
-        ["aa a3 08 02  0000000000000005  01  01f7  04 66756c6c"],
+        ["aa a3 08 03  0000000000000005  01  01f7  04 66756c6c"],
     ),
     (
         "confirm",
         Confirm("bob", "t-1", 200, "OK"),
-        ["aa a3 09 02  03 626f62  03 742d31  00c8  02 4f4b"],
+        ["aa a3 09 03  03 626f62  03 742d31  00c8  02 4f4b"],
     ),
     (
         "owner",
         Owner("alice", "alice", 1_700_000_000_000_000),
-        ["aa a3 0a 02  05 616c696365  05 616c696365  00060a24181e4000"],
+        ["aa a3 0a 03  05 616c696365  05 616c696365  00060a24181e4000"],
+    ),
+    (
+        "group join",
+        packlink.GroupJoin("s", "g", "m1", "k.*", packlink.SEQUENCE, 42, "alice"),
+        ["aa a3 0b 03  01 73  01 67  02 6d31  03 6b2e2a  02  000000000000002a  05 616c696365"],
+    ),
+    (
+        "group credit",
+        packlink.GroupCredit("s", "g", "m1", 64),
+        ["aa a3 0c 03  01 73  01 67  02 6d31  00000040"],
+    ),
+    (
+        "group commit",
+        packlink.GroupCommit("s", "g", "m1", 7),
+        ["aa a3 0d 03  01 73  01 67  02 6d31  0000000000000007"],
+    ),
+    ("group leave", packlink.GroupLeave("s", "g", "m1"), ["aa a3 0e 03  01 73  01 67  02 6d31"]),
+    (
+        "group record",
+        packlink.GroupRecord("s", "g", "m1", 7, 1_700_000_000_000_000, "w", "k.1", (b"x",)),
+        [
+            "aa a3 0f 03  01 73  01 67  02 6d31  0000000000000007  00060a24181e4000  01 77"
+            "  03 6b2e31",
+            "78",
+        ],
+    ),
+    (
+        "group committed",
+        packlink.GroupCommitted("s", "g", "m1", 7, 300, "gone"),
+        ["aa a3 10 03  01 73  01 67  02 6d31  0000000000000007  012c  04 676f6e65"],
+    ),
+    (
+        "group ended",
+        packlink.GroupEnded("s", "g", "m1", 403, "no"),
+        ["aa a3 11 03  01 73  01 67  02 6d31  0193  02 6e6f"],
+    ),
+    (
+        "group position",
+        packlink.GroupPosition(
+            "s", "g", 1_700_000_000_000_000, (b"A1", bytes.fromhex("0000000000000009"))
+        ),
+        ["aa a3 12 03  01 73  01 67  00060a24181e4000", "4131", "0000000000000009"],
     ),
 ]
 
@@ -216,7 +266,7 @@ class VectorTests(SynchronousTestCase):
             self.assertEqual(packlink.decode(frames), message, vector["name"])
 
     def test_ids(self) -> None:
-        """Message ids are 1 to 10, in the order of the protocol."""
+        """Message ids are 1 to 18, in the order of the protocol."""
         self.assertEqual(
             [(cls.ID, TYPE_NAMES[cls]) for cls in packlink.MESSAGE_TYPES.values()],
             [
@@ -230,12 +280,20 @@ class VectorTests(SynchronousTestCase):
                 (8, "ANSWER"),
                 (9, "CONFIRM"),
                 (10, "OWNER"),
+                (11, "GROUP_JOIN"),
+                (12, "GROUP_CREDIT"),
+                (13, "GROUP_COMMIT"),
+                (14, "GROUP_LEAVE"),
+                (15, "GROUP_RECORD"),
+                (16, "GROUP_COMMITTED"),
+                (17, "GROUP_ENDED"),
+                (18, "GROUP_POSITION"),
             ],
         )
 
     def test_contentDecodesAsTuple(self) -> None:
         """Content frames decode as a tuple (a hashable, immutable message)."""
-        message = packlink.decode([bytes.fromhex("aa a3 06 02 00" + "00" * 16 + "000000"), b"x"])
+        message = packlink.decode([bytes.fromhex("aa a3 06 03 00" + "00" * 16 + "000000"), b"x"])
         assert isinstance(message, Forward)
         self.assertEqual(message.content, (b"x",))
         hash(message)
@@ -274,51 +332,52 @@ class MalformedTests(SynchronousTestCase):
         self.assertMalformed(["00 00 01 01"], "bad signature 0000")
 
     def test_unknownId(self) -> None:
-        """Ids 0 and 11 and above are unknown."""
-        self.assertMalformed(["aa a3 00 02"], "unknown message id 0")
-        self.assertMalformed(["aa a3 0b 02"], "unknown message id 11")
-        self.assertMalformed(["aa a3 ff 02"], "unknown message id 255")
+        """Ids 0 and 19 and above are unknown."""
+        self.assertMalformed(["aa a3 00 03"], "unknown message id 0")
+        self.assertMalformed(["aa a3 13 03"], "unknown message id 19")
+        self.assertMalformed(["aa a3 ff 03"], "unknown message id 255")
 
     def test_wrongVersion(self) -> None:
-        """Only version 2 is spoken; another is refused naming both."""
-        self.assertMalformed(["aa a3 01 00 00 00 01"], "version 0, this broker speaks 2")
-        self.assertMalformed(["aa a3 01 01 00 00 01"], "version 1, this broker speaks 2")
+        """Only version 3 is spoken; another (2, before consumer groups) is refused naming both."""
+        self.assertMalformed(["aa a3 01 00 00 00 01"], "version 0, this broker speaks 3")
+        self.assertMalformed(["aa a3 01 01 00 00 01"], "version 1, this broker speaks 3")
+        self.assertMalformed(["aa a3 01 02 00 00 01"], "version 2, this broker speaks 3")
 
     def test_truncatedStringLength(self) -> None:
         """A frame that ends where a string's length byte should be is malformed."""
-        self.assertMalformed(["aa a3 03 02"], "stream: string length runs past the end")
-        self.assertMalformed(["aa a3 03 02 01 73"], "pattern: string length runs past the end")
+        self.assertMalformed(["aa a3 03 03"], "stream: string length runs past the end")
+        self.assertMalformed(["aa a3 03 03 01 73"], "pattern: string length runs past the end")
 
     def test_truncatedString(self) -> None:
         """A string whose length runs past the end of the frame is malformed."""
-        self.assertMalformed(["aa a3 03 02 05 61"], "stream: string runs past the end")
-        self.assertMalformed(["aa a3 09 02 00 00 00 c8 02 4f"], "reason: string runs past the end")
+        self.assertMalformed(["aa a3 03 03 05 61"], "stream: string runs past the end")
+        self.assertMalformed(["aa a3 09 03 00 00 00 c8 02 4f"], "reason: string runs past the end")
 
     def test_truncatedNumber(self) -> None:
         """A number cut short (of any width) is malformed, naming the field."""
-        self.assertMalformed(["aa a3 01 02 00 00"], "version: number runs past the end")
-        self.assertMalformed(["aa a3 04 02 01 61"], "present: number runs past the end")
-        self.assertMalformed(["aa a3 05 02 01 73 00 00 00 01"], "workers: number runs past the end")
+        self.assertMalformed(["aa a3 01 03 00 00"], "version: number runs past the end")
+        self.assertMalformed(["aa a3 04 03 01 61"], "present: number runs past the end")
+        self.assertMalformed(["aa a3 05 03 01 73 00 00 00 01"], "workers: number runs past the end")
         self.assertMalformed(
-            ["aa a3 08 02 00 00 00 00 00 00 00"], "relay_id: number runs past the end"
+            ["aa a3 08 03 00 00 00 00 00 00 00"], "relay_id: number runs past the end"
         )
 
     def test_trailingBytes(self) -> None:
         """Bytes after the last field of the first frame are malformed."""
-        self.assertMalformed(["aa a3 01 02 00 00 01 ff"], "1 trailing bytes")
-        self.assertMalformed(["aa a3 04 02 01 61 01 00 00"], "2 trailing bytes")
+        self.assertMalformed(["aa a3 01 03 00 00 01 ff"], "1 trailing bytes")
+        self.assertMalformed(["aa a3 04 03 01 61 01 00 00"], "2 trailing bytes")
 
     def test_notUtf8(self) -> None:
         """A string that is not UTF-8 (a stray byte, a cut sequence, a surrogate) is malformed."""
-        self.assertMalformed(["aa a3 03 02 01 ff 00"], "stream: not UTF-8")
-        self.assertMalformed(["aa a3 03 02 00 01 c3"], "pattern: not UTF-8")
-        self.assertMalformed(["aa a3 03 02 03 ed a0 80 00"], "stream: not UTF-8")
+        self.assertMalformed(["aa a3 03 03 01 ff 00"], "stream: not UTF-8")
+        self.assertMalformed(["aa a3 03 03 00 01 c3"], "pattern: not UTF-8")
+        self.assertMalformed(["aa a3 03 03 03 ed a0 80 00"], "stream: not UTF-8")
 
     def test_contentOnMessageWithout(self) -> None:
         """Frames after the first on a message that carries no content are malformed."""
-        self.assertMalformed(["aa a3 01 02 00 00 01", ""], "message 1 carries no content frames")
+        self.assertMalformed(["aa a3 01 03 00 00 01", ""], "message 1 carries no content frames")
         self.assertMalformed(
-            ["aa a3 04 02 01 61 01", "78", "79"], "message 4 carries no content frames"
+            ["aa a3 04 03 01 61 01", "78", "79"], "message 4 carries no content frames"
         )
 
 
@@ -465,3 +524,22 @@ class EncodeForwardTests(SynchronousTestCase):
             packlink.encode_forward(stream, seq, timestamp, sender, subject, history, content),
             expected,
         )
+
+
+class GroupPositionVectorTests(SynchronousTestCase):
+    def test_roundTrip(self) -> None:
+        """A vector of origins and numbers travels as frame pairs and comes back the same."""
+        vector = {"A1": 9, "B2": 2**64 - 1, "\u00e9": 0}
+        self.assertEqual(packlink.decode_vector(packlink.encode_vector(vector)), vector)
+
+    def test_malformed(self) -> None:
+        """An odd frame count, a number not 8 bytes, an empty or non-UTF-8 origin are refused."""
+        for content in (
+            [b"A1"],
+            [b"A1", b"\x00" * 7],
+            [b"", b"\x00" * 8],
+            [b"\xff", b"\x00" * 8],
+            [b"A", b"\x00" * 8] * (packlink.MAX_ORIGINS + 1),
+        ):
+            with self.assertRaises(MalformedLink):
+                packlink.decode_vector(content)

@@ -1,0 +1,148 @@
+"""
+Consumer groups across a pack, with real processes: two brokers in a pack
+(network namespaces, beacons), three `malamute tail --group` members, two
+on one broker and one on the other, sharing records written on both
+brokers; one member killed part-way. Model: L{malamute_pack.pack.groups}.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from typing import ClassVar
+
+from malamute_pack.testing.netns import Host
+from tests.pack_system_support import PackCase
+from tests.system.test_cli import COMMAND, _environment
+
+STREAM = "orders"
+GROUP = "g"
+RECORDS = 10_000
+SUBJECTS = 100
+
+
+class Member:
+    """A `malamute tail --group` process on a host, its printed records collected by a thread."""
+
+    def __init__(self, host: Host, endpoint: str, name: str) -> None:
+        self.name = name
+        self.records: list[tuple[int, str]] = []
+        self.process = host.popen(
+            [
+                *COMMAND, "-e", endpoint, "tail", STREAM, "--group", GROUP, "--consumer", name,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_environment(),
+        )  # fmt: skip
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            record = json.loads(line)
+            self.records.append((record["seq"], record["subject"]))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._thread.join(10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+class PackGroupTests(PackCase):
+    """A consumer group whose members are on two brokers of a pack."""
+
+    size: ClassVar[int] = 2
+    LANS: ClassVar[dict[str, tuple[str, str]]] = {
+        "test_threeMembersTwoBrokersOneKilled": ("mpgr1", "10.77.81"),
+    }
+
+    def pack_args(self, index: int) -> list[str]:
+        # Members' connections expire 3 s after a kill -9, not 10.
+        return [*super().pack_args(index), "--timeout", "3000"]
+
+    def write(self, index: int, start: int, count: int) -> None:
+        """Records C{start}..C{start + count - 1} (subject by number) written on broker hINDEX."""
+        lines = "".join(
+            json.dumps({"subject": f"s.{n % SUBJECTS}", "body": f"r{n}"}) + "\n"
+            for n in range(start, start + count)
+        )
+        done = self.lan.hosts[index - 1].run(
+            [*COMMAND, "-e", self.broker(index).endpoint, "import", "-", STREAM],
+            input=lines,
+            timeout=120,
+            env=_environment(),
+        )
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+    def groups_listed(self) -> list[str]:
+        """The brokers (h1, h2) that list the group among their consumers."""
+        where = []
+        for index in (1, 2):
+            done = self.lan.hosts[index - 1].run(
+                [*COMMAND, "-e", self.broker(index).endpoint, "consumers", "--json"],
+                timeout=30,
+                env=_environment(),
+            )
+            self.assertEqual(done.returncode, 0, done.stderr)
+            if any(c["name"] == GROUP for c in json.loads(done.stdout)):
+                where.append(f"h{index}")
+        return where
+
+    def test_threeMembersTwoBrokersOneKilled(self) -> None:
+        """
+        Members m1 and m2 on h1 and m3 on h2 share 10,000 records over 100
+        subjects, written half on each broker; m3 is killed (-9) part-way:
+        every record is printed by a member (m3's unacknowledged ones by the
+        others), none by two of the members left, each subject's records
+        in order at each member; the group lives on one broker only.
+        """
+        members = [
+            Member(self.lan.hosts[0], self.broker(1).endpoint, "m1"),
+            Member(self.lan.hosts[0], self.broker(1).endpoint, "m2"),
+            Member(self.lan.hosts[1], self.broker(2).endpoint, "m3"),
+        ]
+        for member in members:
+            self.addCleanup(member.stop)
+        deadline = time.monotonic() + 30
+        while not self.groups_listed():
+            self.assertLess(time.monotonic(), deadline, "the members did not join")
+            time.sleep(0.2)
+        killed = members[2]
+        for start in range(0, RECORDS, 1000):
+            self.write(1 if start % 2000 == 0 else 2, start, 1000)
+            if start == 4000:
+                while len(killed.records) < 200 and time.monotonic() < deadline + 30:
+                    time.sleep(0.05)
+                killed.stop()
+        survivors = members[:2]
+        wanted = set(range(1, RECORDS + 1))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if {seq for member in members for seq, _ in member.records} >= wanted:
+                break
+            time.sleep(0.2)
+        printed = {seq for member in members for seq, _ in member.records}
+        missing = sorted(wanted - printed)
+        self.assertEqual(missing[:20], [], f"{len(missing)} records no member printed")
+        by_survivors = [seq for member in survivors for seq, _ in member.records]
+        self.assertEqual(len(by_survivors), len(set(by_survivors)), "printed by two members")
+        for member in members:
+            per_subject: dict[str, list[int]] = {}
+            for seq, subject in member.records:
+                per_subject.setdefault(subject, []).append(seq)
+            for subject, seqs in per_subject.items():
+                self.assertEqual(seqs, sorted(seqs), f"{member.name}: {subject} out of order")
+        self.assertTrue(
+            all(member.records for member in members), [len(m.records) for m in members]
+        )
+        home = self.groups_listed()
+        self.assertEqual(len(home), 1, "the group lives on one broker")
+        print(f"\npack group on {home[0]}: {[(m.name, len(m.records)) for m in members]} printed")
