@@ -67,8 +67,10 @@ _REGRANT = WINDOW // 4
 
 # How often a home tells the pack what its groups acknowledged (when it changed).
 SHIP_INTERVAL = 1.0
-# Groups whose acknowledged vector is kept (least recently changed forgotten first).
-MAX_VECTORS = 10_000
+# What is kept of what groups acknowledged, in (origin, number) entries of all
+# groups (about 100 bytes each): past that the least recently changed group's
+# is forgotten (a new home of it then delivers more again, never less).
+MAX_VECTOR_ENTRIES = 100_000
 
 # A member across the pack: (its broker's or its home's origin id, stream, group, member).
 Key = tuple[str, str, str, str]
@@ -103,8 +105,9 @@ class Membership:
     member: str
     pattern: str
     home: str  # the home's origin id
-    # Records the home sent, waiting for the client's credit.
+    # Records the home sent, waiting for the client's credit, and their content's bytes.
     waiting: deque[StreamRecord] = field(default_factory=deque)
+    waiting_bytes: int = 0
     taken: int = 0  # records the client took since credit was last given back
 
     @property
@@ -200,6 +203,7 @@ class PackGroups:
         self._hosted: dict[Key, RemoteMember] = {}
         # Per group, what was acknowledged in origin terms (this broker under its id).
         self._vectors: OrderedDict[tuple[str, str], Acknowledged] = OrderedDict()
+        self._entries = 0  # (origin, number) entries in all of them
         self._changed: set[tuple[str, str]] = set()
         self._shipper = LoopingCall(self.ship)
         self._shipper.clock = clock
@@ -312,6 +316,7 @@ class PackGroups:
         if self._by_key.get(membership.key) is membership:
             del self._by_key[membership.key]
         membership.waiting.clear()
+        membership.waiting_bytes = 0
 
     def pump(self, connection: Connection) -> None:
         for stream in list(connection.consuming or ()):
@@ -328,7 +333,8 @@ class PackGroups:
             if not deliver(waiting[0]):
                 self._broker.stalled.add(connection)
                 break
-            waiting.popleft()
+            record = waiting.popleft()
+            membership.waiting_bytes -= sum(map(len, record.content))
             connection.took()
             membership.taken += 1
         if membership.taken >= _REGRANT:
@@ -345,6 +351,7 @@ class PackGroups:
         if membership is None:
             return False
         membership.waiting.appendleft(record)
+        membership.waiting_bytes += sum(map(len, record.content))
         membership.taken -= 1
         if connection.credit is not None:
             connection.credit += 1
@@ -369,6 +376,11 @@ class PackGroups:
         self._clock.callLater(0, self._broker.detach_remote, session)
 
     # Positions in origin terms
+
+    @property
+    def remembered(self) -> int:
+        """(origin, number) entries kept of what groups acknowledged."""
+        return self._entries
 
     def acknowledged(self, stream: str, group: str) -> dict[str, int] | None:
         known = self._vectors.get((stream, group))
@@ -399,21 +411,26 @@ class PackGroups:
         vectors = self._vectors
         known = vectors.get(key)
         if known is None or reset > known.reset:
-            vectors[key] = Acknowledged(reset, dict(vector))
-            vectors.move_to_end(key)
-            while len(vectors) > MAX_VECTORS:
-                vectors.popitem(last=False)
-            return True
-        if reset < known.reset:
+            if known is not None:
+                self._entries -= len(known.vector)
+            vectors[key] = known = Acknowledged(reset, {})
+            more = True
+        elif reset < known.reset:
             return False
-        more = False
+        else:
+            more = False
         own = known.vector
+        before = len(own)
         for origin, seq in vector.items():
             if seq > own.get(origin, 0):
                 own[origin] = seq
                 more = True
+        self._entries += len(own) - before
         if more:
             vectors.move_to_end(key)
+            while self._entries > MAX_VECTOR_ENTRIES and len(vectors) > 1:
+                _, forgotten = vectors.popitem(last=False)
+                self._entries -= len(forgotten.vector)
         return more
 
     def _message(self, key: tuple[str, str], known: Acknowledged) -> list[bytes]:
@@ -603,8 +620,15 @@ class PackGroups:
         membership = self._membership(peer, message.stream, message.group, message.member)
         if membership is None:
             return  # it left: the home gives the record to another member
+        # The home sends a window of records, at most a member's unacknowledged
+        # bytes of them (one always fits): more is a home that misbehaves.
         if len(membership.waiting) >= WINDOW:
             raise Refused(f"more records than the window of {WINDOW} for one member")
+        size = sum(map(len, message.content))
+        limit = self._broker.limits.group_unacked_bytes
+        if membership.waiting and membership.waiting_bytes + size > limit:
+            raise Refused(f"more than {limit} bytes of records waiting for one member")
+        membership.waiting_bytes += size
         membership.waiting.append(
             StreamRecord(
                 message.stream,
@@ -660,6 +684,7 @@ class PackGroups:
         self._unhost_peer(peer.origin)
         for membership in [m for m in self._memberships.values() if m.home == peer.origin]:
             membership.waiting.clear()  # the home assigns them again
+            membership.waiting_bytes = 0
             membership.taken = 0
             self._send_join(
                 peer, membership, mlm.RESUME, 0, membership.connection.session.user or ""

@@ -432,7 +432,7 @@ class GroupPosition(LinkMessage):
 
 
 # Origins one GROUP_POSITION may name (a pack has fewer brokers).
-MAX_ORIGINS: Final = 4096
+MAX_ORIGINS: Final = 1024
 
 
 def encode_vector(vector: dict[str, int]) -> tuple[bytes, ...]:

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from malamute_pack.pack.groups import WINDOW, home_weight
+from malamute_pack.pack.groups import MAX_VECTOR_ENTRIES, WINDOW, home_weight
 from malamute_pack.protocol import mlm, packlink
 from tests.broker_support import BrokerHarness
 from tests.unit.test_pack_federation import Network
@@ -248,6 +248,53 @@ class SharingTests(PackGroupCase):
         self.h("b").send(b"m1", mlm.Credit(1000))
         self.collect()
         self.assertEqual([s for s, _ in self.got[("b", b"m1")]], list(range(1, 201)))
+
+    def test_homeSendingPastTheWindowRefused(self) -> None:
+        """
+        Records a home sends past the window (64 records), or past a
+        member's unacknowledged bytes, while the client takes none, are
+        refused and counted, not queued.
+        """
+        group = self.group_homed_on("a")
+        self.join("b", b"m1", group, credit=0)
+        pack = self.net.packs["b"]
+
+        def record(seq: int, size: int) -> None:
+            message = packlink.GroupRecord(STREAM, group, "m1", seq, 0, "", "k", (b"x" * size,))
+            pack.whispered(self.net.peers["a"], packlink.encode(message))
+
+        for seq in range(1, WINDOW + 2):
+            record(seq, 1)
+        self.assertEqual(pack.groups.counters.refused, 1)
+        self.h("b").send(b"m1", mlm.Credit(1000))
+        self.collect()
+        self.assertEqual(len(self.got[("b", b"m1")]), WINDOW)
+        self.join("b", b"m2", group, credit=0)
+        big = 4 * 1024 * 1024  # 4 of them are a member's 16 MiB
+
+        def large(seq: int) -> None:
+            message = packlink.GroupRecord(STREAM, group, "m2", seq, 0, "", "k", (b"x" * big,))
+            pack.whispered(self.net.peers["a"], packlink.encode(message))
+
+        for seq in range(100, 105):
+            large(seq)
+        self.assertEqual(pack.groups.counters.refused, 2)
+
+    def test_acknowledgedVectorsBounded(self) -> None:
+        """
+        What peers say groups acknowledged is kept up to 100,000 (origin,
+        number) entries in all: past that the least recently changed
+        group's is forgotten, the latest kept.
+        """
+        pack = self.net.packs["b"]
+        origins = {f"O{n}": n + 1 for n in range(packlink.MAX_ORIGINS)}
+        for n in range(200):
+            message = packlink.GroupPosition(STREAM, f"g{n}", 0, packlink.encode_vector(origins))
+            pack.whispered(self.net.peers["a"], packlink.encode(message))
+        self.assertLessEqual(pack.groups.remembered, MAX_VECTOR_ENTRIES)
+        self.assertGreater(pack.groups.remembered, MAX_VECTOR_ENTRIES - packlink.MAX_ORIGINS)
+        self.assertEqual(pack.groups.acknowledged(STREAM, "g199"), origins)
+        self.assertIsNone(pack.groups.acknowledged(STREAM, "g0"))
 
     def test_peerUserNotBelievedInAnOpenPack(self) -> None:
         """In an open pack a peer's word for its client's user is not believed: anonymous."""
