@@ -450,7 +450,13 @@ class Groups:
             group.reading = True
             reader = group.reader
             reader.stalled = False
-            self._streams.read_from(reader, stream, group.pattern, mlm.SEQUENCE, group.seen + 1)
+            if message.whence == mlm.LATEST:
+                # Reset to the latest: live from now, as a reader from the
+                # latest (the same as from the next number here; in a pack,
+                # no history asked of the peers).
+                self._streams.read_from(reader, stream, group.pattern, mlm.LATEST, 0)
+            else:
+                self._streams.read_from(reader, stream, group.pattern, mlm.SEQUENCE, group.seen + 1)
             self._streams.resume(reader, stream)
         self.save(group)
 

@@ -61,7 +61,7 @@ _log = Logger()
 
 # Records a home may send a member on another broker before that member's
 # client took them (what waits on the member's broker, per member).
-WINDOW = 64
+WINDOW = 1024
 # The member's broker gives the home credit back in steps of this many.
 _REGRANT = WINDOW // 4
 

@@ -187,7 +187,7 @@ class FiguresTests(SynchronousTestCase):
                     {"placement": placement, "scenario": pack.SERVICE}
                     | {"msgs_per_s": str(rate / 10), "lost": "0", "avg_rtt_us": round_trip}
                 )
-        stream, trips, rtt = result.summary()
+        stream, trips, rtt, group = result.summary()
         self.assertEqual(
             stream,
             {
@@ -202,6 +202,7 @@ class FiguresTests(SynchronousTestCase):
         )
         self.assertEqual((trips[pack.CROSS_HOST], trips[pack.SINGLE_HOST]), (20.0, 50.0))
         self.assertEqual((rtt[pack.CROSS_HOST], rtt["ratio"]), (1000.0, 5.0))
+        self.assertEqual((group["measure"], group[pack.CROSS_HOST]), ("stream_group1 msgs/s", None))
         lines = result.lines()
         self.assertEqual(lines[0].split(), ["measure", *PAIR_COLUMNS])
         self.assertEqual(
@@ -329,12 +330,12 @@ class FiguresTests(SynchronousTestCase):
         self.assertTrue(headers[1].startswith("# two brokers in a pack (curve, beacons)"))
         self.assertTrue(headers[2].startswith("# curve against open"))
         self.assertEqual(
-            lines[-6].split()[:6], ["stream_1to1", "msgs/s", "cross_host", "200", "170", "0.85"]
+            lines[-8].split()[:6], ["stream_1to1", "msgs/s", "cross_host", "200", "170", "0.85"]
         )
         document = report.as_json()
         self.assertEqual(
             [row["security"] for row in document["pair"]["summary"]],
-            [pack.OPEN] * 3 + [pack.CURVE] * 3,
+            [pack.OPEN] * 4 + [pack.CURVE] * 4,
         )
         self.assertEqual(document["comparison"][0]["ratio"], 0.85)
         self.assertEqual(document["discovery"], [])
@@ -342,7 +343,7 @@ class FiguresTests(SynchronousTestCase):
         alone = pack.PackReport(pair=pack.PairResult(rounds=result.rounds[:2]))
         self.assertEqual(alone.comparisons(), [])
         self.assertEqual(alone.as_json()["comparison"], [])
-        self.assertEqual(len(alone.lines(options)), 5)
+        self.assertEqual(len(alone.lines(options)), 6)
 
     def test_discoveryMedians(self) -> None:
         """
@@ -693,7 +694,7 @@ class PackCommandTests(SynchronousTestCase):
     def test_tinyRun(self) -> None:
         """
         With tiny counts the command prints the two-broker table of an open
-        pack (three measures, all figures positive, nothing lost), the
+        pack (four measures, all figures positive, nothing lost), the
         discovery table (beacons and gossip, open, 3 brokers, each
         complete) and a traffic table per discovery (a row per host and a
         median, directory and interest bytes positive), and no comparison;
@@ -709,28 +710,34 @@ class PackCommandTests(SynchronousTestCase):
         self.assertTrue(
             lines[0].startswith("# two brokers in a pack (open, beacons)"), result.stdout
         )
-        self.check_pair(lines[1:5])
-        self.assertTrue(lines[5].startswith("# discovery"), result.stdout)
-        self.assertEqual(lines[6].split(), pack.DISCOVERY_HEADERS)
-        for line, mode in zip(lines[7:9], ("beacon", "gossip"), strict=True):
+        self.check_pair(lines[1:6])
+        self.assertTrue(lines[6].startswith("# discovery"), result.stdout)
+        self.assertEqual(lines[7].split(), pack.DISCOVERY_HEADERS)
+        for line, mode in zip(lines[8:10], ("beacon", "gossip"), strict=True):
             cells = line.split()
             self.assertEqual(cells[:4] + cells[-1:], [mode, "open", "1", "3", "yes"], line)
             self.assertGreaterEqual(float(cells[5]), 0, line)
-        for start, mode in ((9, "beacon"), (15, "gossip")):
+        for start, mode in ((10, "beacon"), (16, "gossip")):
             self.assertTrue(
                 lines[start].startswith(f"# traffic, {mode} open pack of 3"), result.stdout
             )
             self.check_traffic(lines[start + 1 : start + 6], 3)
-        self.assertEqual(len(lines), 21, result.stdout)
+        self.assertEqual(len(lines), 22, result.stdout)
 
     def check_pair(self, lines: list[str]) -> None:
-        """A two-broker table: three measures, all figures positive, nothing lost."""
+        """A two-broker table: four measures, all figures positive, nothing lost."""
         self.assertEqual(lines[0].split(), ["measure", *PAIR_COLUMNS])
-        measures = [" ".join(line.split()[:2]) for line in lines[1:4]]
+        measures = [" ".join(line.split()[:2]) for line in lines[1:5]]
         self.assertEqual(
-            measures, ["stream_1to1 msgs/s", "service_rr trips/s", "service_rr avg_rtt_us"]
+            measures,
+            [
+                "stream_1to1 msgs/s",
+                "service_rr trips/s",
+                "service_rr avg_rtt_us",
+                "stream_group1 msgs/s",
+            ],
         )
-        for line in lines[1:4]:
+        for line in lines[1:5]:
             cells = line.split()
             self.assertGreater(float(cells[2]), 0, line)
             self.assertGreater(float(cells[3]), 0, line)
@@ -765,13 +772,13 @@ class PackCommandTests(SynchronousTestCase):
         self.assertTrue(
             lines[0].startswith("# two brokers in a pack (open, beacons)"), result.stdout
         )
-        self.check_pair(lines[1:5])
+        self.check_pair(lines[1:6])
         self.assertTrue(
-            lines[5].startswith("# two brokers in a pack (curve, beacons)"), result.stdout
+            lines[6].startswith("# two brokers in a pack (curve, beacons)"), result.stdout
         )
-        self.check_pair(lines[6:10])
-        self.assertTrue(lines[10].startswith("# discovery"), result.stdout)
-        runs = [line.split() for line in lines[12:16]]
+        self.check_pair(lines[7:12])
+        self.assertTrue(lines[12].startswith("# discovery"), result.stdout)
+        runs = [line.split() for line in lines[14:18]]
         self.assertEqual(
             [row[:4] + row[-1:] for row in runs],
             [
@@ -781,20 +788,25 @@ class PackCommandTests(SynchronousTestCase):
             ],
             result.stdout,
         )
-        for start in (16, 21, 26, 31):
+        for start in (18, 23, 28, 33):
             self.assertTrue(lines[start].startswith("# traffic, "), result.stdout)
             self.check_traffic(lines[start + 1 : start + 5], 2)
         self.assertEqual(
-            [lines[start].split()[2:4] for start in (16, 21, 26, 31)],
+            [lines[start].split()[2:4] for start in (18, 23, 28, 33)],
             [["beacon", "open"], ["beacon", "curve"], ["gossip", "open"], ["gossip", "curve"]],
         )
-        self.assertTrue(lines[36].startswith("# curve against open"), result.stdout)
-        self.assertEqual(lines[37].split(), pack.COMPARISON_HEADERS)
-        comparisons = lines[38:]
+        self.assertTrue(lines[38].startswith("# curve against open"), result.stdout)
+        self.assertEqual(lines[39].split(), pack.COMPARISON_HEADERS)
+        comparisons = lines[40:]
         cases = [" ".join(line.split()[:-4]) for line in comparisons]
         pair = [
             f"{measure} {placement}"
-            for measure in ("stream_1to1 msgs/s", "service_rr trips/s", "service_rr avg_rtt_us")
+            for measure in (
+                "stream_1to1 msgs/s",
+                "service_rr trips/s",
+                "service_rr avg_rtt_us",
+                "stream_group1 msgs/s",
+            )
             for placement in ("cross_host", "single_host")
         ]
         discovery = [

@@ -118,6 +118,25 @@ class SharingTests(PackGroupCase):
         self.assertEqual(self.net.packs["b"].groups.counters.joined_elsewhere, 1)
         self.assertEqual(self.net.packs["a"].groups.counters.hosted, 1)
 
+    def test_latestMeansLiveAcrossThePack(self) -> None:
+        """
+        A group reset to the latest record on its home does not ask the
+        peers for their history: records written on a peer before the
+        join are not delivered, those written after are.
+        """
+        group = self.group_homed_on("b")
+        self.write("a", 10)
+        h = self.h("b")
+        h.open(b"m1", "", version=2)
+        answer = h.command(b"m1", mlm.StreamConsume(STREAM, "", "m1", group, mlm.LATEST))
+        self.assertEqual(answer[:1], [mlm.Ok()])
+        self.net.run()
+        self.write("a", 5, start=10)
+        self.collect()
+        self.assertEqual(
+            [subject for _, subject in self.got[("b", b"m1")]], ["k0", "k1", "k2", "k3", "k4"]
+        )
+
     def test_noGroupStateOnTheMembersBroker(self) -> None:
         """A member's broker keeps no group of its own: the group lives on its home only."""
         group = self.group_homed_on("a")
@@ -240,18 +259,18 @@ class SharingTests(PackGroupCase):
         """
         group = self.group_homed_on("a")
         self.join("b", b"m1", group, credit=5)
-        self.write("a", 200, subjects=1)
+        self.write("a", WINDOW + 200, subjects=1)
         self.collect()
         self.assertEqual([s for s, _ in self.got[("b", b"m1")]], [1, 2, 3, 4, 5])
         sent = [m for s, t, m in self.net.sent if isinstance(m, packlink.GroupRecord)]
         self.assertEqual(len(sent), WINDOW)
-        self.h("b").send(b"m1", mlm.Credit(1000))
+        self.h("b").send(b"m1", mlm.Credit(WINDOW + 1000))
         self.collect()
-        self.assertEqual([s for s, _ in self.got[("b", b"m1")]], list(range(1, 201)))
+        self.assertEqual([s for s, _ in self.got[("b", b"m1")]], list(range(1, WINDOW + 201)))
 
     def test_homeSendingPastTheWindowRefused(self) -> None:
         """
-        Records a home sends past the window (64 records), or past a
+        Records a home sends past the window (1,024 records), or past a
         member's unacknowledged bytes, while the client takes none, are
         refused and counted, not queued.
         """
@@ -266,7 +285,7 @@ class SharingTests(PackGroupCase):
         for seq in range(1, WINDOW + 2):
             record(seq, 1)
         self.assertEqual(pack.groups.counters.refused, 1)
-        self.h("b").send(b"m1", mlm.Credit(1000))
+        self.h("b").send(b"m1", mlm.Credit(WINDOW + 1000))
         self.collect()
         self.assertEqual(len(self.got[("b", b"m1")]), WINDOW)
         self.join("b", b"m2", group, credit=0)

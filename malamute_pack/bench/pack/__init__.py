@@ -6,9 +6,10 @@ journal (L{malamute_pack.testing.brokerprocess}).
 
 1. Two brokers (beacons), A and B. The benchmark's own scenarios and load
    processes (L{malamute_pack.bench.scenarios}, L{malamute_pack.bench.load})
-   play stream_1to1 (writer on A, reader on B) and service_rr (requester on
+   play stream_1to1 (writer on A, reader on B), service_rr (requester on
    A, worker on B; the worker answers with MAILBOX_SEND to the requester's
-   address) through the pack, and the same with every role on A, in
+   address) and stream_group1 (writer on A, a consumer group's one member
+   on B, the group's home on A or B) through the pack, and the same with every role on A, in
    alternating rounds; it prints the medians and the ratio cross-host over
    single-host. Each load process runs in its host's namespace
    (L{NamespaceContext}: a L{python_command} subprocess given its end of the
@@ -104,6 +105,7 @@ from malamute_pack.bench.pack.common import (
     CURVE,
     DISCOVERIES,
     GOSSIP,
+    GROUP,
     OPEN,
     SECURITIES,
     SERVICE,
@@ -190,6 +192,7 @@ __all__ = [
     "EPILOG",
     "GOSSIP",
     "GOSSIP_PORT",
+    "GROUP",
     "MEASURES",
     "OPEN",
     "POLL",

@@ -25,6 +25,8 @@ OPEN, CURVE = "open", "curve"
 SECURITIES = (OPEN, CURVE)
 CROSS_HOST, SINGLE_HOST = "cross_host", "single_host"
 STREAM, SERVICE = "stream_1to1", "service_rr"
+# A consumer group of one member (its home is either broker: the hash picks).
+GROUP = "stream_group1"
 
 
 class PackBenchError(Exception):

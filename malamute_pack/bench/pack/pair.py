@@ -1,9 +1,10 @@
 """
 The pack benchmark's first part: two brokers in a pack (beacons) on hosts A
-and B play stream_1to1 and service_rr cross-host (the roles of
-L{REMOTE_ROLES} on B) and single-host (every role on A), in alternating
-rounds (L{measure_pair}); L{PairResult} holds every round's figures and
-makes their medians, ratios and tables.
+and B play stream_1to1, service_rr and stream_group1 (a consumer group's
+one member, its home on A or B) cross-host (the roles of L{REMOTE_ROLES}
+on B) and single-host (every role on A), in alternating rounds
+(L{measure_pair}); L{PairResult} holds every round's figures and makes
+their medians, ratios and tables.
 
 With both securities asked (C{--security open --security curve}) the two
 packs run side by side on the same two hosts: an open one and a CURVE one
@@ -37,6 +38,7 @@ from malamute_pack.bench.pack.common import (
     CLIENT_ENDPOINT,
     CROSS_HOST,
     CURVE,
+    GROUP,
     OPEN,
     SERVICE,
     SINGLE_HOST,
@@ -52,7 +54,11 @@ from malamute_pack.testing.brokerprocess import BrokerProcess
 from malamute_pack.testing.netns import Lan
 
 # The roles that run on host B in the cross-host runs (every other on A).
-REMOTE_ROLES: dict[str, tuple[str, ...]] = {STREAM: ("reader-0",), SERVICE: ("worker",)}
+REMOTE_ROLES: dict[str, tuple[str, ...]] = {
+    STREAM: ("reader-0",),
+    SERVICE: ("worker",),
+    GROUP: ("reader-0",),
+}
 # Each pack's beacon port (None: the default, 5670).
 BEACON_PORTS: dict[str, int | None] = {OPEN: None, CURVE: 5671}
 # The measures of the summaries: scenario, figure, label, decimals shown.
@@ -60,6 +66,7 @@ MEASURES = (
     (STREAM, "msgs_per_s", "stream_1to1 msgs/s", 0),
     (SERVICE, "msgs_per_s", "service_rr trips/s", 0),
     (SERVICE, "avg_rtt_us", "service_rr avg_rtt_us", 1),
+    (GROUP, "msgs_per_s", "stream_group1 msgs/s", 0),
 )
 
 
@@ -202,7 +209,12 @@ def measure_pair(options: argparse.Namespace, directory: Path) -> PairResult:
                 if number % 2 == 0:
                     placements = placements[::-1]
                     order.reverse()
-                for name, n in ((STREAM, options.messages), (SERVICE, options.round_trips)):
+                plays = (
+                    (STREAM, options.messages),
+                    (SERVICE, options.round_trips),
+                    (GROUP, options.messages),
+                )
+                for name, n in plays:
                     for placement in placements:
                         remote = REMOTE_ROLES[name] if placement == CROSS_HOST else ()
                         for security in order:
