@@ -246,8 +246,10 @@ class Consumers:
                 )
             return
         if name == REMOTE_MEMBER:
-            assert self.groups.remote is not None
-            self.groups.remote.commit(connection, message)
+            if self.groups.remote is None:  # the pack stopped
+                session.committed(stream, wanted, mlm.FAILED, "the pack is stopped")
+            else:
+                self.groups.remote.commit(connection, message)
             return
         if name == TAKEN_OVER:
             session.committed(

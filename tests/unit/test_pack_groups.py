@@ -315,6 +315,16 @@ class SharingTests(PackGroupCase):
         self.assertEqual(pack.groups.acknowledged(STREAM, "g199"), origins)
         self.assertIsNone(pack.groups.acknowledged(STREAM, "g0"))
 
+    def test_commitAfterThePackStopped(self) -> None:
+        """A remote member's commit once its broker's pack stopped is answered 300, not lost."""
+        group = self.group_homed_on("a")
+        self.join("b", b"m1", group)
+        self.net.packs["b"].stop()
+        self.commit("b", b"m1", 1)
+        self.collect()
+        (answer,) = [m for m in self.other[("b", b"m1")] if isinstance(m, mlm.StreamCommitted)]
+        self.assertEqual(answer.status_code, mlm.FAILED)
+
     def test_peerUserNotBelievedInAnOpenPack(self) -> None:
         """In an open pack a peer's word for its client's user is not believed: anonymous."""
         group = self.group_homed_on("a")
