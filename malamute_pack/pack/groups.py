@@ -137,17 +137,15 @@ class RemoteMember(PartySession):
         return f"<member {self.member!r} of group {self.group!r} on {self.peer}>"
 
     def deliver_stream(self, record: StreamRecord) -> bool:
-        frames = packlink.encode(
-            packlink.GroupRecord(
-                record.stream,
-                self.group,
-                self.member,
-                record.seq,
-                int(record.timestamp * 1_000_000),
-                record.sender,
-                record.subject,
-                tuple(record.content),
-            )
+        frames = packlink.encode_group_record(
+            record.stream,
+            self.group,
+            self.member,
+            record.seq,
+            int(record.timestamp * 1_000_000),
+            record.sender,
+            record.subject,
+            record.content,
         )
         return self._outbox.deliver(frames)
 

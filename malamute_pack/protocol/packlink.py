@@ -499,6 +499,7 @@ _CODEC: Final[zproto.Codec[LinkMessage]] = zproto.Codec(
     ),
 )
 _encode_forward_header: Final = _CODEC.header_encoder(Forward)
+_encode_group_record_header: Final = _CODEC.header_encoder(GroupRecord)
 
 
 def encode_forward(
@@ -515,6 +516,27 @@ def encode_forward(
     L{encode} gives for L{Forward} (every forwarded record is one).
     """
     header = _encode_forward_header(stream, origin_seq, timestamp, sender, subject, history)
+    return [header, *content]
+
+
+def encode_group_record(
+    stream: str,
+    group: str,
+    member: str,
+    sequence: int,
+    timestamp: int,
+    sender: str,
+    subject: str,
+    content: Sequence[bytes],
+) -> list[bytes]:
+    """
+    The frames of a GROUP_RECORD, without making the message object: what
+    L{encode} gives for L{GroupRecord} (a group's every record to a member
+    on another broker is one).
+    """
+    header = _encode_group_record_header(
+        stream, group, member, sequence, timestamp, sender, subject
+    )
     return [header, *content]
 
 

@@ -526,7 +526,7 @@ class EncodeForwardTests(SynchronousTestCase):
         )
 
 
-class GroupPositionVectorTests(SynchronousTestCase):
+class GroupCodecTests(SynchronousTestCase):
     def test_roundTrip(self) -> None:
         """A vector of origins and numbers travels as frame pairs and comes back the same."""
         vector = {"A1": 9, "B2": 2**64 - 1, "\u00e9": 0}
@@ -543,3 +543,11 @@ class GroupPositionVectorTests(SynchronousTestCase):
         ):
             with self.assertRaises(MalformedLink):
                 packlink.decode_vector(content)
+
+    def test_groupRecordFastPath(self) -> None:
+        """encode_group_record gives the frames encode gives for the same GROUP_RECORD."""
+        message = packlink.GroupRecord("s", "g", "m1", 7, 1_700_000_000, "w", "k.1", (b"x", b""))
+        self.assertEqual(
+            packlink.encode_group_record("s", "g", "m1", 7, 1_700_000_000, "w", "k.1", [b"x", b""]),
+            packlink.encode(message),
+        )
