@@ -14,6 +14,8 @@ This module re-exports the public API. Its modules:
   uncommitted tail.
 - C{handover}: the hand-over to the writer thread and its reports back.
 - C{writer}: the writer thread, the only code that writes (group commit).
+- C{inserts}: a batch's multi-row INSERTs, and the insert process that
+  writes batches of many stream records outside the broker's GIL.
 - C{reads}: the SQL that reads a journal file.
 - C{reader}: the reader thread that runs those reads.
 - C{replica}: a pair's replication hooks (positions, shipper, hold).

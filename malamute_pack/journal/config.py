@@ -30,7 +30,10 @@ class JournalConfig:
     letter ids jump after a crash, past any handed out but never committed.
     ``compacted`` names the last-value streams (compacted by subject: the
     journal keeps each subject's latest record, docs/protocol.md), each
-    keeping at most ``last_value_subjects`` subjects.
+    keeping at most ``last_value_subjects`` subjects. A batch of
+    ``insert_process_rows`` stream records or more (and nothing else) is
+    written by the writer's insert process, outside the broker's GIL
+    (:mod:`malamute_pack.journal.inserts`; 0: never).
     """
 
     commit_interval_s: float = 0.005
@@ -44,6 +47,7 @@ class JournalConfig:
     crash_skip: int = 1_000_000
     compacted: frozenset[str] = frozenset()
     last_value_subjects: int = 1_000_000
+    insert_process_rows: int = 200
 
     def __post_init__(self) -> None:
         for name in ("stream_synchronous", "queue_synchronous"):
@@ -63,6 +67,10 @@ class JournalConfig:
             raise ValueError(f"prune_chunk_rows must be at least 1: {self.prune_chunk_rows}")
         if self.last_value_subjects < 1:
             raise ValueError(f"last_value_subjects must be at least 1: {self.last_value_subjects}")
+        if self.insert_process_rows < 0:
+            raise ValueError(
+                f"insert_process_rows must not be negative: {self.insert_process_rows}"
+            )
 
     def retention_for(self, stream: str) -> RetentionPolicy:
         """The retention policy that applies to ``stream``."""

@@ -9,6 +9,12 @@ taking its positions in the order of writes
 is finished here: its stream records leave the tail, its callbacks run,
 and it is counted (:class:`JournalCounters`).
 
+A turn of stream records alone (a flood of them) is handed over with no
+pass over its records: each record's size is noted as it is queued, while
+it is still in the processor's cache (a pass at the end of a turn of a
+thousand records meets each of them cold), and the backlog keeps the sizes
+per hand-over.
+
 A record that alone cannot be written fails alone: a letter's
 ``on_durable`` gets its own JournalError (``record_refused``), a stream
 record is dropped; each is counted and logged, and neither is a journal
@@ -38,6 +44,7 @@ from malamute_pack.journal.writer import (
     StreamAppend,
     WriteOp,
 )
+from malamute_pack.protocol.records import StreamRow
 
 _log = Logger()
 
@@ -88,9 +95,12 @@ class HandOver:
         # Operations handed over and not yet reported back, and those queued
         # but not handed over yet.
         self.pending = 0
-        # Operations not yet handed to the writer, and the letters among them.
+        # Operations not yet handed to the writer, and the letters among them;
+        # while they are stream rows alone, their content sizes.
         self._outbox: list[WriteOp] = []
         self._outbox_stores: dict[int, QueuedStore] = {}
+        self._outbox_sizes: list[int] = []
+        self._outbox_rows_only = True
         self._scheduled = False
 
     def start(self, writer: JournalWriter) -> None:
@@ -104,6 +114,15 @@ class HandOver:
 
     def submit(self, op: WriteOp) -> None:
         """Queue ``op``; the writer gets a reactor turn's operations at once."""
+        self._outbox_rows_only = False
+        self._queue(op)
+
+    def submit_row(self, row: StreamRow) -> None:
+        """Queue stream ``row`` (L{submit}), noting its size."""
+        self._outbox_sizes.append(row[6])
+        self._queue(row)
+
+    def _queue(self, op: WriteOp) -> None:
         self.pending += 1
         self._outbox.append(op)
         if not self._scheduled:
@@ -137,7 +156,19 @@ class HandOver:
         """Give the writer everything queued since the last hand-over, in order."""
         self._scheduled = False
         ops, self._outbox = self._outbox, []
+        sizes, self._outbox_sizes = self._outbox_sizes, []
+        rows_only, self._outbox_rows_only = self._outbox_rows_only, True
         self._outbox_stores.clear()
+        writer = self.writer
+        if writer is not None and ops and rows_only:
+            writer.submit(ops)
+            self.replica.handed_over(ops)
+            self._backlog.handed(sizes, OP_OVERHEAD * len(ops) + sum(sizes), OP_OVERHEAD)
+            return
+        self._hand_over_each(ops)
+
+    def _hand_over_each(self, ops: list[WriteOp]) -> None:
+        """Hand ``ops`` over one by one: a letter cancelled since goes nowhere."""
         kept: list[WriteOp] = []
         shares: list[int] = []
         added = 0

@@ -314,7 +314,7 @@ class Journal:
         row = self._sequence.stream_row(
             stream, sender, subject, content, timestamp, origin, origin_seq
         )
-        self._submit(row)
+        self._hand.submit_row(row)
         return row[1]
 
     def append_batch(

@@ -9,19 +9,25 @@ appended, deleted, pruned, or applied from a pair's partner. Each stream
 record stays in its stream's in-memory tail from its append until its
 batch has committed, so a reader sees it at once; the tail answers reads
 that start in it, and the committed part comes from disk
-(:mod:`malamute_pack.journal.reads`).
+(:mod:`malamute_pack.journal.reads`). A tail is a list in sequence order
+(each record joins it as it is numbered): a committed batch leaves it in
+one cut, found by bisection, with no loop over its records in Python.
 
 Tests: ``tests/unit/test_journal_sequencing.py``.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import islice
+from operator import itemgetter
+from typing import Final
 
 from malamute_pack.journal.records import row_record, stream_row
 from malamute_pack.protocol.records import StreamRecord, StreamRow
+
+# A stream row's sequence number.
+_SEQ: Final = itemgetter(1)
 
 
 class Sequencer:
@@ -30,7 +36,7 @@ class Sequencer:
     def __init__(self) -> None:
         self._next_seq: dict[str, int] = {}
         self._first_seq: dict[str, int] = {}
-        self._tails: dict[str, deque[StreamRow]] = {}
+        self._tails: dict[str, list[StreamRow]] = {}
         self._next_id = 1
 
     def recovered(self, streams: dict[str, tuple[int, int]], last_id: int) -> None:
@@ -64,7 +70,7 @@ class Sequencer:
         row = stream_row(stream, seq, timestamp, sender, subject, content, origin, origin_seq)
         tail = self._tails.get(stream)
         if tail is None:
-            tail = self._tails[stream] = deque()
+            tail = self._tails[stream] = []
         tail.append(row)
         return row
 
@@ -86,7 +92,7 @@ class Sequencer:
         ]
         tail = self._tails.get(stream)
         if tail is None:
-            tail = self._tails[stream] = deque()
+            tail = self._tails[stream] = []
         tail.extend(rows)
         return rows
 
@@ -120,10 +126,10 @@ class Sequencer:
         tails = self._tails
         for stream, last in stream_last.items():
             tail = tails.get(stream)
-            while tail and tail[0][1] <= last:
-                tail.popleft()
-            if not tail:
+            if not tail or tail[-1][1] <= last:
                 tails.pop(stream, None)
+            elif tail[0][1] <= last:
+                del tail[: bisect_right(tail, last, key=_SEQ)]
 
     def forget_before(self, stream: str, first: int) -> None:
         """``stream`` retains nothing before ``first``."""
@@ -189,10 +195,10 @@ class Sequencer:
         if tail and from_seq >= tail[0][1]:
             # All of it is still in memory: no thread, no disk.
             start = from_seq - tail[0][1]
-            return [row_record(row) for row in islice(tail, start, start + limit)], True
+            return [row_record(row) for row in tail[start : start + limit]], True
         # Committed records leave the tail only after their commit, so what
         # is not in this snapshot a later read transaction sees.
-        return ([row_record(row) for row in islice(tail, 0, limit)] if tail else []), False
+        return ([row_record(row) for row in tail[:limit]] if tail else []), False
 
     def first_in_tail_at(self, stream: str, t: float) -> int | None:
         """The first seq in the tail of ``stream`` with timestamp >= ``t`` (None: none)."""

@@ -7,7 +7,11 @@ Group commit: the thread blocks for a first operation, gathers more until
 passed since the first, and writes them in one transaction, setting
 ``PRAGMA synchronous`` first to the strongest level any of them needs.
 Each batch's outcome (what committed, every ``on_durable`` callback, or the
-error) goes back to the reactor in one ``callFromThread``.
+error) goes back to the reactor in one ``callFromThread``. A batch of many
+stream records alone (a flood's) is prepared with no loop over its records
+in Python and written by the writer's insert process, outside the broker's
+GIL (:mod:`malamute_pack.journal.inserts`); the thread waits for its COMMIT
+before it reports the batch, as for its own.
 
 A batch that fails is rolled back. If the storage failed (a full disk, an
 I/O error: :func:`~malamute_pack.journal.errors.storage_failure`) the whole
@@ -57,13 +61,26 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 from twisted.logger import Logger
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError, storage_failure
+from malamute_pack.journal.inserts import (
+    INSERT_STREAM,
+    ROWS_PER_INSERT,
+    UPSERT_STREAM_STATS,
+    InsertProcess,
+    InsertProcessLost,
+    InsertRefused,
+    batch_committed,
+    chunk_statement,
+    insert_all,
+    rows_per_insert,
+)
 from malamute_pack.journal.last_values import Capture, LastValues, Pending
 from malamute_pack.journal.retention import PruneStep, prune_step
 from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
@@ -77,16 +94,6 @@ from malamute_pack.protocol.records import (
 
 DurableCallback: TypeAlias = Callable[[JournalError | None], None]
 
-_INSERT_STREAM: Final = (
-    "INSERT INTO stream_messages "
-    "(stream, seq, ts, sender, subject, content, bytes, origin, origin_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# Rows per multi-row INSERT: SQLite inserts them in one step, so the GIL is
-# released once per chunk, not once per message (per-row release makes the
-# writer and the reactor hand the GIL back and forth for every message).
-_ROWS_PER_INSERT: Final = 128
-
 _UPSERT_CONSUMER: Final = (
     "INSERT INTO stream_consumers (stream, kind, name, seq, acked, updated, owner)"
     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, kind, name) DO UPDATE SET"
@@ -95,44 +102,9 @@ _UPSERT_CONSUMER: Final = (
 )
 _DELETE_CONSUMER: Final = "DELETE FROM stream_consumers WHERE stream = ? AND kind = ? AND name = ?"
 
-
-def _chunked(single: str, rows: int = _ROWS_PER_INSERT) -> str:
-    """C{single}, an INSERT of one row, made to insert C{rows} rows."""
-    head, values = single.split(" VALUES ")
-    return head + " VALUES " + ", ".join([values] * rows)
-
-
-def _chunk_statement(single: str, rows: int) -> str:
-    """The INSERT of C{rows} rows made from C{single}, made once per size."""
-    statement = _CHUNKED.get((single, rows))
-    if statement is None:
-        statement = _CHUNKED[single, rows] = _chunked(single, rows)
-    return statement
-
-
-def _insert_all(conn: sqlite3.Connection, single: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """
-    Insert C{rows} with C{single}, a chunk of rows per statement: whole
-    chunks, then the rest in chunks of halving sizes (64, 32, ... 1 rows),
-    so that a batch of any size takes a few statements, from at most eight
-    distinct ones that SQLite keeps prepared.
-    """
-    whole = len(rows) - len(rows) % _ROWS_PER_INSERT
-    if whole:
-        conn.executemany(
-            _chunk_statement(single, _ROWS_PER_INSERT),
-            (
-                tuple(chain.from_iterable(rows[i : i + _ROWS_PER_INSERT]))
-                for i in range(0, whole, _ROWS_PER_INSERT)
-            ),
-        )
-    size = _ROWS_PER_INSERT // 2
-    while whole < len(rows):
-        if len(rows) - whole >= size:
-            chunk = rows[whole : whole + size]
-            conn.execute(_chunk_statement(single, size), tuple(chain.from_iterable(chunk)))
-            whole += size
-        size //= 2
+# A stream row's (records.StreamRow) stream and content size.
+_ROW_STREAM: Final = itemgetter(0)
+_ROW_BYTES: Final = itemgetter(6)
 
 
 @contextlib.contextmanager
@@ -171,10 +143,10 @@ def _insert_isolated(
     storage's failure.
     """
     failed: list[Exception | None] = [None] * len(rows)
-    for start in range(0, len(rows), _ROWS_PER_INSERT):
-        chunk = rows[start : start + _ROWS_PER_INSERT]
+    for start in range(0, len(rows), ROWS_PER_INSERT):
+        chunk = rows[start : start + ROWS_PER_INSERT]
         try:
-            _in_savepoint(conn, _chunk_statement(single, len(chunk)), tuple(chain(*chunk)))
+            _in_savepoint(conn, chunk_statement(single, len(chunk)), tuple(chain(*chunk)))
             continue
         except Exception as exc:
             if storage_failure(exc):
@@ -189,12 +161,6 @@ def _insert_isolated(
     return failed
 
 
-_UPSERT_STREAM_STATS: Final = (
-    "INSERT INTO streams (stream, last_seq, message_count, total_bytes) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (stream) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq), "
-    "message_count = message_count + excluded.message_count, "
-    "total_bytes = total_bytes + excluded.total_bytes"
-)
 _INSERT_QUEUED: Final = (
     "INSERT INTO queued_messages "
     "(id, kind, address, sender, subject, tracker, deadline, created, content,"
@@ -206,8 +172,6 @@ _INSERT_APPEND_KEY: Final = (
     "INSERT INTO stream_appends (stream, key, first_seq, last_seq, created) VALUES (?, ?, ?, ?, ?)"
 )
 _DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
-# INSERTs of several rows by (single-row INSERT, rows), made as first needed.
-_CHUNKED: Final[dict[tuple[str, int], str]] = {}
 _UPSERT_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
@@ -248,9 +212,12 @@ def _written(
     )
 
 
-def _write_append(conn: sqlite3.Connection, append: StreamAppend) -> None:
-    """An append's records, its key, and the keys it makes the journal forget."""
-    _insert_all(conn, _INSERT_STREAM, append.rows)
+def _write_append(conn: sqlite3.Connection, append: StreamAppend, most: int) -> None:
+    """
+    An append's records (C{most} rows per INSERT at most, L{insert_all}),
+    its key, and the keys it makes the journal forget.
+    """
+    insert_all(conn, INSERT_STREAM, append.rows, most)
     conn.execute(_INSERT_APPEND_KEY, append.key)
     if append.forget:
         conn.executemany(_DELETE_APPEND_KEY, append.forget)
@@ -549,6 +516,14 @@ class JournalWriter:
         # Write operations the last batch had no room for.
         self._backlog: list[WriteOp] = []
         self._stream_level = SYNCHRONOUS_LEVELS.index(config.stream_synchronous)
+        # Rows per INSERT: a full batch's in one statement (L{insert_all}).
+        self._stream_chunk = rows_per_insert(conn, INSERT_STREAM, config.commit_max_batch)
+        self._queued_chunk = rows_per_insert(conn, _INSERT_QUEUED, config.commit_max_batch)
+        # Batches of this many stream records or more go to the insert process.
+        self._insert_process_rows = config.insert_process_rows
+        self._inserts = (
+            InsertProcess(path, self._stream_chunk) if config.insert_process_rows > 0 else None
+        )
         self._queue_level = SYNCHRONOUS_LEVELS.index(config.queue_synchronous)
         self._synchronous: int | None = None
         # High-water marks assigned but not yet saved (their batch failed).
@@ -637,6 +612,8 @@ class JournalWriter:
             self.last_values.captures.append(op.capture)
             self._call_from_thread(op.done)
             return False
+        if self._inserts is not None:
+            self._inserts.stop()
         # Prunes still under way stop where they are: retention is not durability.
         while self._prune_jobs:
             job = self._prune_jobs.popleft()
@@ -691,6 +668,10 @@ class JournalWriter:
 
     def _prepare(self, batch: list[WriteOp]) -> _Prepared:
         """The rows of ``batch``; notes its high-water marks as unsaved."""
+        if set(map(type, batch)) == {tuple}:
+            prepared = self._prepare_stream(cast(list[StreamRow], batch))
+            if prepared is not None:
+                return prepared
         stream_rows: list[StreamRow] = []
         stream_stats: dict[str, list[int]] = {}  # stream -> [last seq, count, bytes]
         queued_rows: list[tuple[Any, ...]] = []
@@ -792,26 +773,109 @@ class JournalWriter:
             compactions,
         )
 
+    def _prepare_stream(self, rows: list[StreamRow]) -> _Prepared | None:
+        """
+        A batch of records of one stream alone (a flood's), prepared with
+        no loop over its rows in Python (each C{map} is one pass of C, and
+        reads the rows alone, not their numbers); None for records of
+        several streams, which L{_prepare} takes one by one. Notes the
+        stream's high-water mark as unsaved.
+        """
+        streams = set(map(_ROW_STREAM, rows))
+        if len(streams) != 1:
+            return None
+        (stream,) = streams
+        last = rows[-1][1]
+        size = sum(map(_ROW_BYTES, rows))
+        self._unsaved_stream_last[stream] = last
+        return _Prepared(
+            len(rows),
+            rows,
+            {stream: [last, len(rows), size]},
+            [],
+            [],
+            [],
+            self._stream_level,
+            size,
+            [],
+        )
+
     def _commit(self, p: _Prepared) -> BatchOutcome:
-        """Write ``p`` in one transaction; raises if anything fails."""
+        """
+        Write ``p`` in one transaction, in the insert process if it is a
+        batch for it, else here; raises if anything fails.
+        """
         # Streams whose last records failed earlier get their high-water mark saved now.
         stats_rows = [
             (stream, last, *p.stream_stats.get(stream, (0, 0, 0))[1:])
             for stream, last in self._unsaved_stream_last.items()
         ]
+        if not self._insert_elsewhere(p, stats_rows):
+            self._commit_here(p, stats_rows)
+        return BatchOutcome(
+            operations=p.operations,
+            records=len(p.stream_rows)
+            + len(p.queued_rows)
+            + sum(len(append.rows) for append in p.appends),
+            bytes=p.bytes,
+            stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
+            callbacks=p.callbacks
+            + [append.on_durable for append in p.appends]
+            + [d.on_durable for d in p.deletes if d.on_durable is not None]
+            + [c.on_durable for c in p.consumers if c.on_durable is not None]
+            + [c.on_durable for c, _, _ in p.compactions if c.on_durable is not None],
+            error=None,
+            refused=p.refused,
+        )
+
+    def _insert_elsewhere(self, p: _Prepared, stats_rows: list[tuple[Any, ...]]) -> bool:
+        """
+        Have the insert process write ``p`` (with ``stats_rows``) if it is a
+        batch for it: stream records alone, ``insert_process_rows`` of them
+        or more, none of a last-value stream, no letter id mark owed; whether
+        it did. A batch the process did not write (L{InsertRefused}: the
+        error it met there is met again here) is written here; so is one
+        whose process was lost on the way, unless it had committed there
+        (the process is not used again: that is logged).
+        """
+        inserts = self._inserts
+        if (
+            inserts is None
+            or len(p.stream_rows) < self._insert_process_rows
+            or p.operations != len(p.stream_rows)
+            or self._unsaved_queued_last
+            or self.last_values.involved(p.stream_stats)
+        ):
+            return False
+        try:
+            inserts.insert(p.stream_rows, stats_rows, SYNCHRONOUS_LEVELS[p.level])
+        except InsertRefused:
+            return False
+        except InsertProcessLost as e:
+            self._inserts = None
+            _log.warn(
+                "journal {path}: {error}; its writer thread writes every batch from now on",
+                path=str(self._path),
+                error=e,
+            )
+            if not (e.in_doubt and batch_committed(self._conn, p.stream_rows)):
+                return False
+        self._committed(p)
+        return True
+
+    def _commit_here(self, p: _Prepared, stats_rows: list[tuple[Any, ...]]) -> None:
+        """Write ``p`` (with ``stats_rows``) in one transaction on this thread's connection."""
         conn = self._conn
         self._set_synchronous(p.level)
         conn.execute("BEGIN")
         if p.stream_rows:
-            _insert_all(conn, _INSERT_STREAM, p.stream_rows)
+            insert_all(conn, INSERT_STREAM, p.stream_rows, self._stream_chunk)
         if stats_rows:
-            conn.executemany(_UPSERT_STREAM_STATS, stats_rows)
+            conn.executemany(UPSERT_STREAM_STATS, stats_rows)
         if p.queued_rows:
-            _insert_all(conn, _INSERT_QUEUED, p.queued_rows)
-        appended = 0
+            insert_all(conn, _INSERT_QUEUED, p.queued_rows, self._queued_chunk)
         for append in p.appends:
-            _write_append(conn, append)
-            appended += len(append.rows)
+            _write_append(conn, append, self._stream_chunk)
         if p.claims:
             conn.executemany(UPSERT_OWNER, p.claims)
         for consumer in p.consumers:
@@ -827,19 +891,6 @@ class JournalWriter:
             _delete_records(conn, delete)
             last_values.deleted(conn, delete.stream, delete.through, p.kept)
         self._finish(p)
-        return BatchOutcome(
-            operations=p.operations,
-            records=len(p.stream_rows) + len(p.queued_rows) + appended,
-            bytes=p.bytes,
-            stream_last={stream: stats[0] for stream, stats in p.stream_stats.items()},
-            callbacks=p.callbacks
-            + [append.on_durable for append in p.appends]
-            + [d.on_durable for d in p.deletes if d.on_durable is not None]
-            + [c.on_durable for c in p.consumers if c.on_durable is not None]
-            + [c.on_durable for c, _, _ in p.compactions if c.on_durable is not None],
-            error=None,
-            refused=p.refused,
-        )
 
     def _commit_isolated(self, p: _Prepared) -> BatchOutcome:
         """
@@ -850,7 +901,7 @@ class JournalWriter:
         p.kept = Pending()  # the first try's changes were rolled back
         self._set_synchronous(p.level)
         conn.execute("BEGIN")
-        bad_streams = _insert_isolated(conn, _INSERT_STREAM, p.stream_rows)
+        bad_streams = _insert_isolated(conn, INSERT_STREAM, p.stream_rows)
         bad_queued = _insert_isolated(conn, _INSERT_QUEUED, p.queued_rows)
         dropped: list[Dropped] = []
         written_stats: dict[str, list[int]] = {}  # stream -> [records, bytes] written
@@ -875,7 +926,7 @@ class JournalWriter:
         for append in p.appends:
             try:
                 with _savepoint(conn):  # all of an append or none of it
-                    _write_append(conn, append)
+                    _write_append(conn, append, self._stream_chunk)
             except Exception as exc:
                 if storage_failure(exc):
                     raise
@@ -892,7 +943,7 @@ class JournalWriter:
         for stream, last in self._unsaved_stream_last.items():
             count, size = written_stats.get(stream, (0, 0))
             try:
-                _in_savepoint(conn, _UPSERT_STREAM_STATS, (stream, last, count, size))
+                _in_savepoint(conn, UPSERT_STREAM_STATS, (stream, last, count, size))
             except Exception as exc:
                 if storage_failure(exc):
                     raise
@@ -1021,6 +1072,10 @@ class JournalWriter:
         if p.removed:
             conn.executemany(_DELETE_QUEUED, p.removed)
         conn.execute("COMMIT")
+        self._committed(p)
+
+    def _committed(self, p: _Prepared) -> None:
+        """``p`` has committed: the marks it saved are no longer owed."""
         self.last_values.committed(p.kept)
         self._unsaved_stream_last.clear()
         self._unsaved_queued_last = 0

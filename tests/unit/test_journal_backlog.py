@@ -55,6 +55,21 @@ class BacklogTests(SynchronousTestCase):
         backlog.done(5)
         self.assertEqual((heard, backlog.bytes), ([True, False], 0))
 
+    def test_sharesWithOverhead(self) -> None:
+        """
+        A hand-over's shares are its operations' own plus one overhead
+        each; a batch reported may end inside a hand-over, and frees just
+        the shares of the operations it covers.
+        """
+        backlog = Backlog()
+        backlog.handed([10, 20, 30], 360, 100)
+        backlog.handed([5], 5)
+        self.assertEqual(backlog.bytes, 365)
+        backlog.done(2)
+        self.assertEqual(backlog.bytes, 135)
+        backlog.done(2)
+        self.assertEqual(backlog.bytes, 0)
+
     def test_resetLetsGo(self) -> None:
         """A reset (the journal opened again) empties it and tells a watcher it is under."""
         backlog = Backlog()
