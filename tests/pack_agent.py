@@ -102,6 +102,10 @@ class Agent:
         self.served = 0
         self._last_send = monotonic()
         self._started = monotonic()
+        # No ping before CONNECTION_OPEN is answered OK: one sent before the
+        # open (its test slow to ask for it, on a loaded machine) is answered
+        # ERROR 'command invalid', which the open would take for its answer.
+        self.opened = False
 
     # Socket
 
@@ -204,7 +208,7 @@ class Agent:
             if due:
                 self._grants = [t for t in self._grants if t > now]
                 self.send(mlm.Credit(self.pace[0] * len(due)))
-        if now - self._last_send >= PING_INTERVAL:
+        if self.opened and now - self._last_send >= PING_INTERVAL:
             self.send(mlm.ConnectionPing())
         if now - self._started > LIFETIME:
             sys.exit(3)
@@ -235,6 +239,7 @@ class Agent:
         self.version = version
         self.send(mlm.ConnectionOpen(version=version, address=address))
         self.expect_ok("CONNECTION_OPEN", timeout)
+        self.opened = True
         return {}
 
     def op_try_open(self, version: int = 1, address: str = "", timeout: float = 10.0) -> Event:
@@ -243,6 +248,7 @@ class Agent:
         if not self.wait(lambda: bool(self.replies), timeout):
             raise RuntimeError(f"no answer to CONNECTION_OPEN within {timeout}s")
         reply = self.replies.popleft()
+        self.opened = isinstance(reply, mlm.Ok)
         status = reply.status_code if isinstance(reply, mlm.Error) else None
         return {"reply": type(reply).__name__, "status": status}
 

@@ -36,6 +36,8 @@ broker refuses the credentials (or requires some and none were given):
 L{AuthenticationRefusedError}, never retried; and when a CURVE client's
 handshakes keep being broken off (its key for the broker is wrong):
 L{WrongServerKeyError}, as soon as two were, or at the timeout after one.
+An open the broker refuses (one endpoint: a passive's ERROR 503 is the
+call's error) gives that connection up: the next call opens again.
 
 Tests: ``tests/system/test_client_bulk.py``.
 """
@@ -304,7 +306,7 @@ class BulkClient:
             self._socket, self._monitor = make_watched_dealer(
                 self._context, self.endpoint, options.plain, options.curve, immediate=False
             )
-            self._command(opening, mlm.Ok, wait)
+            self._opened(opening, wait)
             return
         started = time.monotonic()
         self._socket, self._monitor = make_watched_dealer(
@@ -317,7 +319,21 @@ class BulkClient:
             if left <= 0 or not self._monitor.poll(int(left * 1000) + 1):
                 raise _Silent()  # no connection: nobody listens there
             self._read_monitor()
-        self._command(opening, mlm.Ok, max(0.0, started + wait - time.monotonic()))
+        self._opened(opening, max(0.0, started + wait - time.monotonic()))
+
+    def _opened(self, opening: mlm.ConnectionOpen, wait: float) -> None:
+        """
+        Send C{opening} on the new connection and wait C{wait} seconds at
+        most for its OK. Refused (an ERROR, such as a passive's 503), the
+        connection is given up, so that the next call opens again rather
+        than send on a connection the broker never opened (which it would
+        answer "command invalid", call after call).
+        """
+        try:
+            self._command(opening, mlm.Ok, wait)
+        except MalamuteError:
+            self._drop()
+            raise
 
     def _read_monitor(self) -> None:
         """

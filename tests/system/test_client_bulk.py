@@ -2,14 +2,17 @@
 Tests for L{malamute_pack.client.bulk}: the bulk client against a real
 broker process over TCP: queries, range reads (every record once, in
 order, across chunks, resumed across a broker restart), idempotent appends,
-and a clear error when no broker answers.
+and a clear error when no broker answers; and, against a fake broker on
+loopback, that an open the broker refuses is followed by a new one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
+import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.bulk import BulkClient, RangeChunk
@@ -27,6 +30,82 @@ class NoBrokerTests(SynchronousTestCase):
             BulkClient("tcp://127.0.0.1:9", timeout=0.3)
         self.assertIn("tcp://127.0.0.1:9", str(ctx.exception))
         self.assertLess(time.monotonic() - started, 5)
+
+
+class _RefusingBroker:
+    """
+    A fake broker on loopback, in a thread: it refuses its second
+    CONNECTION_OPEN with ERROR 503 and accepts the others; it never answers
+    its first STREAM_APPEND, appends the others, and answers one sent on a
+    connection it never opened ERROR 500 "command invalid", as the broker
+    does.
+    """
+
+    def __init__(self) -> None:
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.opens = 0
+        self.appends = 0
+        self.opened: set[bytes] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self.socket.poll(50):
+                continue
+            route, *frames = self.socket.recv_multipart()
+            message = mlm.decode(frames)
+            reply: mlm.Message | None = None
+            if isinstance(message, mlm.ConnectionOpen):
+                self.opens += 1
+                if self.opens == 2:
+                    reply = mlm.Error(mlm.NOT_ACTIVE, "not active: a passive")
+                else:
+                    self.opened.add(route)
+                    reply = mlm.Ok(mlm.SUCCESS, "")
+            elif isinstance(message, mlm.StreamAppend):
+                if route not in self.opened:
+                    reply = mlm.Error(mlm.COMMAND_INVALID, "command invalid: STREAM_APPEND")
+                else:
+                    self.appends += 1
+                    if self.appends > 1:
+                        reply = mlm.StreamAppended(
+                            message.address, message.key, 1, 1, mlm.SUCCESS, ""
+                        )
+            if reply is not None:
+                self.socket.send_multipart([route, *mlm.encode(reply)])
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.socket.close()
+        self.context.term()
+
+
+class RefusedOpenTests(SynchronousTestCase):
+    def test_refusedOpenOpensAgain(self) -> None:
+        """
+        An append cut short by silence is tried on a new connection, whose
+        open the broker refuses (ERROR 503: a pair's passive, before it
+        takes over): that append fails with the 503, and the next call opens
+        a new connection rather than send on the one never opened (which
+        the broker would answer "command invalid", call after call).
+        """
+        broker = _RefusingBroker()
+        self.addCleanup(broker.stop)
+        client = BulkClient(broker.endpoint, timeout=0.5, retries=1)
+        self.addCleanup(client.close)
+        records = [("one", [b"1"])]
+        error = self.assertRaises(MalamuteError, client.append, "s", "k1", records)
+        self.assertEqual(error.code, mlm.NOT_ACTIVE)
+        done = client.append("s", "k2", records)
+        self.assertEqual((done.first, done.last, done.duplicate), (1, 1, False))
+        self.assertEqual(broker.opens, 3)
 
 
 class BulkClientTests(SynchronousTestCase):

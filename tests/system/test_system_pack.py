@@ -5,7 +5,8 @@ gossip only), and clients (L{tests.pack_agent}) on those hosts. What
 ``docs/pack.md`` promises, checked end to end: stream fan-out exactly once,
 credit and replay on a remote reader's broker, letters to an address on
 another host or on none yet, service requests served on another host,
-a broker SIGKILLed under load and a broker restarted.
+a broker SIGKILLed under load and a broker restarted. And the agent
+itself, against one broker process: it pings only once open.
 
 Needs root and iproute2 (skipped otherwise), and is slow
 (C{MALAMUTE_SKIP_SLOW=1} skips it).
@@ -15,11 +16,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, ClassVar
 
+from twisted.trial.unittest import SynchronousTestCase
+
 from malamute_pack.protocol import mlm
+from malamute_pack.testing.brokerprocess import BrokerProcess
+from tests.pack_agent import PING_INTERVAL, Agent
 from tests.pack_system_support import PackCase, joined, left
+from tests.support import skip_slow
 
 Event = dict[str, Any]
 
@@ -42,6 +49,33 @@ def tally(got: Sequence[str], expected: Sequence[str]) -> tuple[int, list[str], 
 def numbered(prefix: str, count: int, width: int = 6) -> list[str]:
     """The subjects an agent's C{send} makes."""
     return [f"{prefix}{i:0{width}d}" for i in range(count)]
+
+
+class AgentTests(SynchronousTestCase):
+    """The pack tests' client (L{tests.pack_agent}) against one broker process."""
+
+    skip = skip_slow
+
+    def test_openAfterIdle(self) -> None:
+        """
+        An agent left idle longer than its ping interval before its test
+        asks it to open (a loaded machine) has sent no ping, which the
+        broker would answer ERROR before the open's OK: its CONNECTION_OPEN
+        is answered OK. Once open it pings when idle, and the ping is no
+        error (the next command's OK is the next reply).
+        """
+        with BrokerProcess(Path(self.mktemp())) as broker:
+            agent = Agent(broker.endpoint)
+            self.addCleanup(agent.context.destroy)
+            agent._last_send -= PING_INTERVAL  # idle for a ping interval
+            agent.tick()
+            self.assertEqual(agent.op_open(version=2, address="idle"), {})
+            idle_since = agent._last_send - PING_INTERVAL
+            agent._last_send = idle_since
+            agent.tick()
+            self.assertGreater(agent._last_send, idle_since, "no ping once open")
+            self.assertEqual(agent.op_write("idle-stream"), {})
+            self.assertEqual(agent.events, [])
 
 
 class PackStreamTests(PackCase):
