@@ -175,6 +175,11 @@ class ZmqSocket:
                 _log.failure("reporting a message to {route} undelivered failed", route=first.hex())
 
     def _send_now(self, first: bytes, rest: Sequence[bytes]) -> bool:
+        if self._closed:
+            # Closed (the broker stopping) while a journal read was still
+            # on its way: nobody to send to any more, and no retry to make.
+            self.dropped += 1
+            return True
         try:
             send_message(self.socket, first, rest)
         except zmq.ZMQError as e:

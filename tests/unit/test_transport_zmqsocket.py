@@ -211,6 +211,18 @@ class DeferTests(TestCase):
         self.assertFalse(self.defer(b"nobody", b"1"))
         self.assertEqual(self.undelivered, [])
 
+    async def test_sendAfterCloseDropped(self) -> None:
+        """
+        A message sent once the socket is closed (a journal read that ends
+        after the broker stopped) is dropped and counted, not raised.
+        """
+        self.router.close()
+        dropped = self.router.dropped
+        self.assertTrue(self.defer(b"alice", b"1"))
+        self.assertTrue(self.router.send_to(b"alice", [b"2"]))
+        self.assertEqual(self.router.dropped, dropped + 2)
+        self.assertEqual(self.undelivered, [])
+
     async def test_fullPeerReportedNotOthers(self) -> None:
         """
         A deferred message that finds its peer's queue full is reported,
