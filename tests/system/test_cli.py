@@ -387,14 +387,16 @@ class CredentialTests(CommandCase):
         passwords = directory / "passwords"
         passwords.write_text("alice = secret\n")
         broker = self.start_broker(args=["--passwords", str(passwords)], plain=("alice", "secret"))
+        # The login throttle delays refusals (more after each): the client
+        # waits for the answer longer than its default 5 s on a loaded machine.
         line = self.fails(
-            "-e", broker.endpoint, "--user", "alice", "publish", "s", "x", "y",
+            "-e", broker.endpoint, "--timeout", "30", "--user", "alice", "publish", "s", "x", "y",
             MALAMUTE_PASSWORD="wrong",
         )  # fmt: skip
         self.assertIn("refused", line)
         self.assertIn("'alice'", line)
         self.assertIn("MALAMUTE_PASSWORD", line)
-        line = self.fails("-e", broker.endpoint, "publish", "s", "x", "y")
+        line = self.fails("-e", broker.endpoint, "--timeout", "30", "publish", "s", "x", "y")
         self.assertNotIn("no broker answered", line)
         self.assertIn("MALAMUTE_PASSWORD", line)
         password_file = directory / "password"
