@@ -119,12 +119,17 @@ class Store(Protocol):
         on_durable: DurableCallback,
         relay_origin: str = "",
         relay_id: int = 0,
+        record_id: int | None = None,
     ) -> QueuedRecord:
         """
         Journal a mailbox or service letter; C{on_durable} once committed (or
         failed). C{relay_origin} and C{relay_id}: the pack peer that handed
-        it over, and its id there.
+        it over, and its id there. C{record_id}: the id L{queued_id} gave
+        it (None: the next one).
         """
+
+    def queued_id(self) -> int:
+        """A new letter's id, unique in this journal (and its pair's)."""
 
     def remove_queued(self, record_id: int) -> None:
         """Forget a letter that is done with."""

@@ -73,6 +73,9 @@ class Letter:
     relay_key: tuple[str, int] | None = None
     # When the broker took it (clock seconds): the age of the oldest letter.
     created: float = 0.0
+    # Whether the journal has it (or will, at the end of this turn): a
+    # letter delivered and done with as it arrives never goes there.
+    journaled: bool = False
 
     def __post_init__(self) -> None:
         self.size = sum(map(len, self.content))

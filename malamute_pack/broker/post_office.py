@@ -167,9 +167,10 @@ class PostOffice:
         relay_key: tuple[str, int] | None = None,
     ) -> Outcome:
         """
-        Take a letter from C{sender}: store it, settle its receipt once it
-        is durable (or at once if refused), and deliver it if its recipient
-        can take it now.
+        Take a letter from C{sender}: deliver it if its recipient can take
+        it now, journal it if it is still kept then (queued, or held until
+        answered), and settle its receipt once it is durable (at once if it
+        was refused, or delivered and done with).
 
         @param on_behalf_of: the letter's sender address when C{sender} is
             a peer broker handing over a letter of one of its clients.
@@ -180,7 +181,7 @@ class PostOffice:
         """
         receipt = sender.receipts.expect(message.tracker)
         try:
-            letter = self._accept(kind, sender, message, receipt, on_behalf_of, relay, relay_key)
+            letter = self._accept(kind, sender, message, on_behalf_of, relay, relay_key)
         except Refused as e:
             self._settle(sender, receipt, 0, e.code, e.reason)
             # The outcome outlives this frame: kept with its traceback (and
@@ -190,7 +191,8 @@ class PostOffice:
             e.__traceback__ = e.__cause__ = e.__context__ = None
             return Outcome(Posted.REFUSED, refusal=e)
         self.stored += 1
-        if self._store is None:
+        store = self._store
+        if store is None:
             self._settle(sender, receipt, letter.id, mlm.SUCCESS, "stored")
         if kind is Kind.MAILBOX:
             owner = self._registry.holder(letter.address)
@@ -199,6 +201,14 @@ class PostOffice:
         else:
             self.stored_requests += 1
             self.dispatch(self.service(letter.address))
+        if store is not None:
+            if letter.charged:
+                self._journal(store, sender, letter, receipt, relay_key)
+            else:
+                # Delivered and done with already (no answer awaited): the
+                # journal would only write it and delete it; nothing of it
+                # is left to lose.
+                self._settle(sender, receipt, letter.id, mlm.SUCCESS, "stored")
         return _STORED if letter.state is LetterState.QUEUED else _DELIVERED
 
     def refuse(self, sender: Connection, message: LetterMessage, refusal: Refused) -> None:
@@ -211,7 +221,6 @@ class PostOffice:
         kind: Kind,
         sender: Connection,
         message: LetterMessage,
-        receipt: Receipt,
         on_behalf_of: str | None = None,
         relay: Callable[[Letter], None] | None = None,
         relay_key: tuple[str, int] | None = None,
@@ -247,24 +256,35 @@ class PostOffice:
         except QueueFull as e:
             raise Refused(f"queue full: {e}; retry later") from e
         self._charge(letter, cost)
-        if self._store is None:
-            letter.id = next(self._ids)
-        else:
-            letter.id = self._store.store_queued(
-                kind.value,
-                letter.address,
-                letter.sender,
-                letter.subject,
-                letter.tracker,
-                deadline,
-                letter.content,
-                lambda error: self._durable(sender, letter, receipt, error),
-                *(relay_key or ()),
-            ).id
+        # Numbered now, journaled once post knows it is still kept.
+        letter.id = next(self._ids) if self._store is None else self._store.queued_id()
         if deadline is not None:
             self._deadlines.add(letter)
             self._schedule()
         return letter
+
+    def _journal(
+        self,
+        store: Store,
+        sender: Connection,
+        letter: Letter,
+        receipt: Receipt,
+        relay_key: tuple[str, int] | None,
+    ) -> None:
+        """Journal C{letter}, still kept (queued, or held until answered)."""
+        letter.journaled = True
+        store.store_queued(
+            letter.kind.value,
+            letter.address,
+            letter.sender,
+            letter.subject,
+            letter.tracker,
+            letter.deadline,
+            letter.content,
+            lambda error: self._durable(sender, letter, receipt, error),
+            *(relay_key or ("", 0)),
+            letter.id,
+        )
 
     def _charge(self, letter: Letter, cost: int) -> None:
         letter.charged = cost
@@ -373,7 +393,8 @@ class PostOffice:
     def _forget(self, letter: Letter) -> None:
         """C{letter} is done with: out of the journal and the memory budget."""
         self._done(letter)
-        if self._store is not None:
+        if letter.journaled:
+            assert self._store is not None
             self._store.remove_queued(letter.id)
         if letter.relay is not None:
             relay, letter.relay = letter.relay, None
@@ -513,6 +534,7 @@ class PostOffice:
                 record.deadline,
                 relay_key=(record.relay_origin, record.relay_id) if record.relay_origin else None,
                 created=record.created,
+                journaled=True,
             )
             self._queue_of(kind, letter.address).append(letter, bounded=False)
             self._charge(letter, letter.size + LETTER_OVERHEAD)

@@ -469,19 +469,20 @@ class Journal:
         on_durable: DurableCallback,
         relay_origin: str = "",
         relay_id: int = 0,
+        record_id: int | None = None,
     ) -> QueuedRecord:
         """
-        Journal a mailbox or service-queue message; its id is assigned now.
-        ``on_durable`` is called in the reactor thread with ``None`` once it
-        has committed, or with the JournalError if its batch failed.
-        ``relay_origin`` and ``relay_id`` name the pack peer that handed it
-        over and its id there.
+        Journal a mailbox or service-queue message, under ``record_id`` (an
+        id L{queued_id} gave) or the next id. ``on_durable`` is called in
+        the reactor thread with ``None`` once it has committed, or with the
+        JournalError if its batch failed. ``relay_origin`` and ``relay_id``
+        name the pack peer that handed it over and its id there.
         """
         if kind not in QUEUED_KINDS:
             raise ValueError(f"kind must be 'mailbox' or 'service': {kind!r}")
         self._open_writer()
         record = QueuedRecord(
-            self._sequence.queued_id(),
+            self._sequence.queued_id() if record_id is None else record_id,
             kind,
             address,
             sender,
@@ -495,6 +496,10 @@ class Journal:
         )
         self._hand.submit_store(QueuedStore(record, on_durable))
         return record
+
+    def queued_id(self) -> int:
+        """A new queued record's id (to L{store_queued} later, or never)."""
+        return self._sequence.queued_id()
 
     def remove_queued(self, record_id: int) -> None:
         """Delete a queued record (its recipient confirmed it), in the next batch."""

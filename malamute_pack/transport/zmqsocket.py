@@ -2,10 +2,11 @@
 A ZeroMQ socket inside the Twisted reactor, with no I/O threads.
 
 The socket's ``zmq.FD`` is edge-triggered: it signals readable once when the
-socket's state changes, not while messages wait. So a read drains while
-``EVENTS & POLLIN`` holds, in batches handed to the owner in one call, and
-the state is checked again after sends, since a send can consume the edge
-that announced new input. A long flood is drained a bounded number of
+socket's state changes, not while messages wait. So a read drains until
+a receive finds nothing (which, like a ``ZMQ_EVENTS`` check, first takes
+in ZeroMQ's pending commands, and re-arms the edge), in batches handed to
+the owner in one call, and the state is checked again after sends, since
+a send can consume the edge that announced new input. A long flood is drained a bounded number of
 batches at a time so timers and other sockets still get their turn.
 
 Sends can be deferred while a batch is handled (L{ZmqSocket.defer}): they
@@ -23,7 +24,7 @@ Tests: ``tests/unit/test_transport_zmqsocket.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Final
 
 import zmq
 from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
@@ -31,12 +32,16 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from malamute_pack.transport.zmqcore import recv_batch, recv_identified_batch, send_message
+from malamute_pack.transport.zmqcore import (
+    RecvBatch,
+    recv_batch,
+    recv_identified_batch,
+    send_message,
+)
 
 _get = zmq.backend.Socket.get
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
-
+_EVENTS: Final = int(zmq.EVENTS)
+_SEND_ONLY: Final = frozenset({zmq.PUB, zmq.PUSH})
 
 # One delivery to the owner: a list of multipart messages.
 Batch = list[list[bytes]]
@@ -76,7 +81,11 @@ class ZmqSocket:
         self._onBatch = onBatch
         self._batchSize = batchSize
         self._batchesPerTurn = batchesPerTurn
-        self._receive = recv_identified_batch if identified else recv_batch
+        # A socket that only sends (PUB, PUSH) cannot be asked to receive:
+        # its readable edge is met with the ZMQ_EVENTS check alone.
+        self._receive: RecvBatch | None = None
+        if socket.type not in _SEND_ONLY:
+            self._receive = recv_identified_batch if identified else recv_batch
         self._fd: int = socket.getsockopt(zmq.FD)  # type: ignore[assignment]
         self._recheckScheduled = False
         self._reading = False
@@ -101,20 +110,25 @@ class ZmqSocket:
         """Drain up to C{batchesPerTurn} batches; come back soon if more wait."""
         if self._closed or self._paused:
             return
-        self._reading = True
         sock = self.socket
         receive = self._receive
+        if receive is None:
+            _get(sock, _EVENTS)  # takes in ZeroMQ's commands, re-arming the edge
+            return
+        self._reading = True
         try:
             for _ in range(self._batchesPerTurn):
-                if not cast(int, _get(sock, _EVENTS)) & _POLLIN:
-                    return
                 batch = receive(sock, self._batchSize)
-                if batch:
-                    try:
-                        self._onBatch(batch)
-                    finally:
-                        while self._deferred:  # a report of one may defer more
-                            self._send_deferred()
+                if not batch:
+                    # A receive that finds nothing has processed ZeroMQ's
+                    # pending commands first, as the ZMQ_EVENTS check does:
+                    # nothing waits, and the edge will fire again.
+                    return
+                try:
+                    self._onBatch(batch)
+                finally:
+                    while self._deferred:  # a report of one may defer more
+                        self._send_deferred()
                 if self._closed or self._paused:
                     return
             # Still input after a full turn: the edge will not fire again.

@@ -364,6 +364,42 @@ class DurableLetterTests(DurableTestCase):
         self.restart()
         self.assertEqual(self.h.open(R, "rx"), [])
 
+    def test_deliveredAndDoneNeverJournaled(self) -> None:
+        """
+        A letter handed at once to a recipient that owes no answer for it
+        (version 1, untracked) is never written to the journal: its sender
+        gets STORED with its id all the same, and the next letter's id
+        follows it, across a restart too.
+        """
+        self.h.open(R, "rx")
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.MailboxSend("rx", "now", "t1", 0, [b"x"]))
+        self.assertEqual(self.h.take(S), [mlm.Stored(1, "t1", 200, "stored")])
+        self.assertEqual(self.h.take(R), [mlm.MailboxDeliver("tx", "rx", "now", "t1", [b"x"])])
+        assert self.h.journal is not None
+        self.assertEqual(self.h.journal.counters.records_written, 0)
+        self.h.send(S, mlm.MailboxSend("away", "later", "t2", 0, [b"y"]))
+        self.assertEqual(self.h.take(S), [mlm.Stored(2, "t2", 200, "stored")])
+        self.assertEqual(self.h.journal.counters.records_written, 1)
+        self.restart()
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.MailboxSend("away", "after", "t3", 0, []))
+        self.assertEqual(self.h.take(S), [mlm.Stored(3, "t3", 200, "stored")])
+
+    def test_heldLetterJournaled(self) -> None:
+        """
+        A letter handed at once to a recipient that must answer it (version
+        2: DONE) is journaled all the same: after a restart it comes again.
+        """
+        self.h.open(R, "rx", version=2)
+        self.h.open(S, "tx", version=2)
+        self.h.send(S, mlm.MailboxSend("rx", "m", "", 0, [b"x"]))
+        self.assertEqual(self.h.take(R), [mlm.MailboxRecord(1, "tx", "rx", "m", "", [b"x"])])
+        self.restart()
+        self.assertEqual(
+            self.h.open(R, "rx", version=2), [mlm.MailboxRecord(1, "tx", "rx", "m", "", [b"x"])]
+        )
+
     def test_serviceRequestRequeuedFromVersion2Worker(self) -> None:
         """A version 2 worker that closes without DONE gives its request back."""
         self.h.open(W, "w1", version=2)

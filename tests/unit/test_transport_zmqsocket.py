@@ -123,6 +123,35 @@ class ZmqSocketTests(TestCase):
         await done
         self.assertEqual(count[0], 2000)
 
+    async def test_sendOnlySocket(self) -> None:
+        """
+        A socket that only sends (PUB) can be read from the reactor: its
+        readable edge is met without asking it to receive (which ZeroMQ
+        refuses), and its subscribers get what it publishes.
+        """
+        pub_raw = self.context.socket(zmq.PUB)
+        pub_raw.bind(self.endpoint)
+        sub = self.context.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(self.endpoint)
+        batches: list[Batch] = []
+        pub = ZmqSocket(reactor, pub_raw, batches.append)
+        self.closing.append(pub)
+        got: bytes | None = None
+        try:
+            pub.startReading()
+            for _ in range(500):  # until the subscription has reached the PUB
+                pub.send([b"news"])
+                pub.doRead()
+                if sub.poll(0):
+                    got = sub.recv(zmq.NOBLOCK)
+                    break
+                await settle(0.02)
+            self.assertEqual(got, b"news")
+            self.assertEqual(batches, [])
+        finally:
+            sub.close(0)
+
 
 class DeferTests(TestCase):
     """
