@@ -179,11 +179,12 @@ class PostOffice:
         @param relay_key: for a letter a peer broker handed over: its
             broker id and its id there (journaled with the letter).
         """
-        receipt = sender.receipts.expect(message.tracker)
+        # Its receipt is made once its fate is known, later in this call:
+        # still in send order, and most are settled there and then.
         try:
             letter = self._accept(kind, sender, message, on_behalf_of, relay, relay_key)
         except Refused as e:
-            self._settle(sender, receipt, 0, e.code, e.reason)
+            self._settle_now(sender, message.tracker, 0, e.code, e.reason)
             # The outcome outlives this frame: kept with its traceback (and
             # its cause's), the refusal would hold the frames that hold the
             # message, up to MiBs, in a reference cycle only the collector
@@ -193,7 +194,7 @@ class PostOffice:
         self.stored += 1
         store = self._store
         if store is None:
-            self._settle(sender, receipt, letter.id, mlm.SUCCESS, "stored")
+            self._settle_now(sender, message.tracker, letter.id, mlm.SUCCESS, "stored")
         if kind is Kind.MAILBOX:
             owner = self._registry.holder(letter.address)
             if owner is not None:
@@ -203,18 +204,18 @@ class PostOffice:
             self.dispatch(self.service(letter.address))
         if store is not None:
             if letter.charged:
+                receipt = sender.receipts.expect(message.tracker)
                 self._journal(store, sender, letter, receipt, relay_key)
             else:
                 # Delivered and done with already (no answer awaited): the
                 # journal would only write it and delete it; nothing of it
                 # is left to lose.
-                self._settle(sender, receipt, letter.id, mlm.SUCCESS, "stored")
+                self._settle_now(sender, message.tracker, letter.id, mlm.SUCCESS, "stored")
         return _STORED if letter.state is LetterState.QUEUED else _DELIVERED
 
     def refuse(self, sender: Connection, message: LetterMessage, refusal: Refused) -> None:
         """A letter was refused before it reached the post office: its receipt says so."""
-        receipt = sender.receipts.expect(message.tracker)
-        self._settle(sender, receipt, 0, refusal.code, refusal.reason)
+        self._settle_now(sender, message.tracker, 0, refusal.code, refusal.reason)
 
     def _accept(
         self,
@@ -320,7 +321,15 @@ class PostOffice:
         self, sender: Connection, receipt: Receipt, letter_id: int, code: int, reason: str
     ) -> None:
         """Settle C{receipt}; the sender gets every receipt now due, in send order."""
-        ready = sender.receipts.settle(receipt, letter_id, code, reason)
+        self._tell(sender, sender.receipts.settle(receipt, letter_id, code, reason))
+
+    def _settle_now(
+        self, sender: Connection, tracker: str, letter_id: int, code: int, reason: str
+    ) -> None:
+        """A letter's receipt, settled as it is made; as L{_settle}."""
+        self._tell(sender, sender.receipts.settled(tracker, letter_id, code, reason))
+
+    def _tell(self, sender: Connection, ready: list[Receipt]) -> None:
         if sender.gone:
             return
         for settled in ready:

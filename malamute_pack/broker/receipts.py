@@ -66,6 +66,20 @@ class Receipts:
             self._waiting.append(receipt)
         return receipt
 
+    def settled(self, tracker: str, letter_id: int, code: int, reason: str) -> list[Receipt]:
+        """
+        A receipt settled as it is made (its letter refused, or done with,
+        as it arrived), behind those sent before it; the settled receipts
+        now at the head, in send order (itself alone when none waits: no
+        queue is made for it).
+        """
+        receipt = Receipt(tracker, letter_id, code, reason)
+        waiting = self._waiting
+        if waiting is None:
+            return [receipt]
+        waiting.append(receipt)  # behind an older one still unsettled
+        return []
+
     def settle(self, receipt: Receipt, letter_id: int, code: int, reason: str) -> list[Receipt]:
         """
         Settle C{receipt}; the settled receipts now at the head, in send

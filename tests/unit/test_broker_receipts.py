@@ -32,6 +32,23 @@ class ReceiptTests(SynchronousTestCase):
         self.assertEqual(len(receipts), 1)
         self.assertEqual(receipts.settle(third, 0, mlm.FAILED, "full"), [third])
 
+    def test_settledAsMade(self) -> None:
+        """
+        A receipt settled as it is made leaves at once when none waits
+        (no queue is kept), and behind an older unsettled one otherwise,
+        released with it in send order.
+        """
+        receipts = Receipts()
+        [now] = receipts.settled("t0", 5, mlm.SUCCESS, "stored")
+        self.assertEqual((now.tracker, now.id, now.code, now.reason), ("t0", 5, 200, "stored"))
+        self.assertEqual(len(receipts), 0)
+        first = receipts.expect("t1")
+        self.assertEqual(receipts.settled("t2", 0, mlm.FAILED, "full"), [])
+        self.assertEqual(len(receipts), 2)
+        ready = receipts.settle(first, 6, mlm.SUCCESS, "stored")
+        self.assertEqual([(r.tracker, r.code) for r in ready], [("t1", 200), ("t2", 300)])
+        self.assertEqual(len(receipts), 0)
+
     def test_refused(self) -> None:
         """A receipt is refused when settled with a status other than 200."""
         receipts = Receipts()
