@@ -18,13 +18,10 @@ import threading
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import cast
 
-from twisted.internet import reactor
-from twisted.internet.defer import Deferred, inlineCallbacks
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.defer import inlineCallbacks
 from twisted.logger import formatEvent
-from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.inserts import (
@@ -39,15 +36,8 @@ from malamute_pack.journal.inserts import (
 )
 from malamute_pack.journal.records import stream_row
 from malamute_pack.journal.schema import migrate
-from malamute_pack.journal.writer import (
-    Barrier,
-    BatchOutcome,
-    JournalWriter,
-    PruneOutcome,
-    Stop,
-    WriteOp,
-)
 from malamute_pack.protocol.records import StreamRow
+from tests.journal_support import WriterCase
 from tests.support import capture_log
 from tests.unit.test_journal_journal import Inline, new_path
 
@@ -296,47 +286,10 @@ class KilledTests(SynchronousTestCase):
         self.assertEqual(seqs, list(range(1, len(seqs) + 1)))
 
 
-class WriterTests(TestCase):
+class WriterTests(WriterCase):
     """The writer thread, handing batches of many stream records to its insert process."""
 
-    def setUp(self) -> None:
-        self.path = new_path(self)
-        self.path.parent.mkdir()
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        migrate(self.conn)
-        self.statements: list[str] = []
-        self.conn.set_trace_callback(self.statements.append)
-        self.batches: list[BatchOutcome] = []
-        prunes: list[PruneOutcome] = []
-        config = JournalConfig(commit_interval_s=0.4, insert_process_rows=10)
-        self.writer = JournalWriter(
-            self.conn,
-            self.path,
-            config,
-            cast(IReactorFromThreads, reactor).callFromThread,
-            self.batches.append,
-            prunes.append,
-        )
-        self.writer.start()
-        self.stopped: Deferred[None] | None = None
-
-    def stop(self) -> Deferred[None]:
-        """Stop the writer (once)."""
-        if self.stopped is None:
-            stopped = self.stopped = Deferred()
-            self.writer.submit(Stop(lambda: stopped.callback(None)))
-        return self.stopped
-
-    def tearDown(self) -> Deferred[None]:  # type: ignore[override]
-        return self.stop()
-
-    def write(self, *ops: WriteOp) -> Deferred[None]:
-        """Hand C{ops} over as one batch; fires once it has been written."""
-        self.statements.clear()
-        done: Deferred[None] = Deferred()
-        self.writer.submit(list(ops))
-        self.writer.submit(Barrier(lambda: done.callback(None)))
-        return done
+    config = JournalConfig(commit_interval_s=0.4, insert_process_rows=10)
 
     def inserted_here(self) -> bool:
         """Whether the last batch inserted stream records on the writer's own connection."""

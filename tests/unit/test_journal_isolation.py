@@ -13,25 +13,17 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, cast
 
-from twisted.internet import reactor
-from twisted.internet.defer import Deferred, inlineCallbacks
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.journal import Journal, JournalError, QueuedRecord
 from malamute_pack.journal.errors import storage_failure
 from malamute_pack.journal.records import stream_row
-from malamute_pack.journal.schema import migrate
 from malamute_pack.journal.writer import (
-    Barrier,
-    BatchOutcome,
-    JournalWriter,
-    PruneOutcome,
     QueuedStore,
-    Stop,
-    WriteOp,
 )
 from malamute_pack.protocol.records import StreamRow
+from tests.journal_support import WriterCase
 from tests.support import capture_log
 from tests.unit.test_journal_journal import SLOW_COMMIT, Inline, new_path, open_journal, seqs
 
@@ -219,40 +211,10 @@ class RecordIsolationTests(TestCase):
         self.assertEqual(reopened.append_stream("s", "w", "next", [], 2.0), 3)
 
 
-class WriterTests(TestCase):
+class WriterTests(WriterCase):
     """The writer thread alone, on a connection the test controls."""
 
-    def setUp(self) -> None:
-        self.path = new_path(self)
-        self.path.parent.mkdir()
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        migrate(self.conn)
-        self.statements: list[str] = []
-        self.conn.set_trace_callback(self.statements.append)
-        self.batches: list[BatchOutcome] = []
-        prunes: list[PruneOutcome] = []
-        self.writer = JournalWriter(
-            self.conn,
-            self.path,
-            SLOW_COMMIT,
-            cast(IReactorFromThreads, reactor).callFromThread,
-            self.batches.append,
-            prunes.append,
-        )
-        self.writer.start()
-
-    def tearDown(self) -> Deferred[None]:  # type: ignore[override]
-        stopped: Deferred[None] = Deferred()
-        self.writer.submit(Stop(lambda: stopped.callback(None)))
-        return stopped
-
-    def write(self, *ops: WriteOp) -> Deferred[None]:
-        """Hand C{ops} over as one batch; fires once it has been written."""
-        self.statements.clear()
-        done: Deferred[None] = Deferred()
-        self.writer.submit(list(ops))
-        self.writer.submit(Barrier(lambda: done.callback(None)))
-        return done
+    config = SLOW_COMMIT
 
     def row(self, stream: str, seq: int) -> StreamRow:
         return stream_row(stream, seq, 1.0, "w", "subject", [b"x"])

@@ -1,0 +1,71 @@
+"""
+What the journal's writer-thread tests share (``tests/unit/test_journal_isolation.py``,
+``tests/unit/test_journal_inserts.py``): L{WriterCase}, a L{JournalWriter}
+started alone on a connection the test controls, whose statements it sees.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import ClassVar, cast
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.trial.unittest import TestCase
+
+from malamute_pack.journal.config import JournalConfig
+from malamute_pack.journal.schema import migrate
+from malamute_pack.journal.writer import (
+    Barrier,
+    BatchOutcome,
+    JournalWriter,
+    PruneOutcome,
+    Stop,
+    WriteOp,
+)
+from tests.unit.test_journal_journal import new_path
+
+
+class WriterCase(TestCase):
+    """A writer thread on a fresh journal file, with C{config}; stopped after the test."""
+
+    config: ClassVar[JournalConfig]
+
+    def setUp(self) -> None:
+        self.path = new_path(self)
+        self.path.parent.mkdir()
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        migrate(self.conn)
+        self.statements: list[str] = []
+        self.conn.set_trace_callback(self.statements.append)
+        self.batches: list[BatchOutcome] = []
+        self.prunes: list[PruneOutcome] = []
+        self.writer = JournalWriter(
+            self.conn,
+            self.path,
+            self.config,
+            cast(IReactorFromThreads, reactor).callFromThread,
+            self.batches.append,
+            self.prunes.append,
+        )
+        self.writer.start()
+        self.stopped: Deferred[None] | None = None
+
+    def stop(self) -> Deferred[None]:
+        """Stop the writer (once)."""
+        if self.stopped is None:
+            stopped = self.stopped = Deferred()
+            self.writer.submit(Stop(lambda: stopped.callback(None)))
+        return self.stopped
+
+    def tearDown(self) -> Deferred[None]:  # type: ignore[override]
+        return self.stop()
+
+    def write(self, *ops: WriteOp) -> Deferred[None]:
+        """Hand C{ops} over as one batch; fires once it has been written."""
+        self.statements.clear()
+        done: Deferred[None] = Deferred()
+        self.writer.submit(list(ops))
+        self.writer.submit(Barrier(lambda: done.callback(None)))
+        return done
