@@ -41,6 +41,7 @@ Tests: ``tests/unit/test_transport_zap.py``.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -439,6 +440,11 @@ class ZapHandler(Service):
             call.cancel()
             self._send(reply)
         if self.socket is not None:
+            # The inproc name is freed now: a close frees it later, in
+            # ZeroMQ's reaper thread, and a handler started next on this
+            # context (a service restarted) would find it taken.
+            with contextlib.suppress(zmq.ZMQError):
+                self.socket.socket.unbind(ZAP_ENDPOINT)
             self.socket.close()
             self.socket = None
 

@@ -440,3 +440,21 @@ class ThrottleTests(SynchronousTestCase):
         """A bound below 1 is refused: the throttle could hold nothing."""
         self.assertRaises(ValueError, self.make, max_pending=0)
         self.assertRaises(ValueError, self.make, max_tracked=0)
+
+
+class LifetimeTests(SynchronousTestCase):
+    """The handler's socket over a real ZeroMQ context."""
+
+    def test_restartAtOnce(self) -> None:
+        """
+        A handler stopped frees ZAP's inproc name at once: another started
+        right after it on the same context binds it (a close alone frees it
+        later, in ZeroMQ's reaper thread, and the bind could fail).
+        """
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.addCleanup(context.destroy, linger=0)
+        for _ in range(200):
+            handler = ZapHandler(reactor, context, {"admin": "secret"})
+            handler.startService()
+            handler.stopService()
+        self.assertFalse(handler.running)
