@@ -192,11 +192,11 @@ class ExampleSecurityTests(SynchronousTestCase):
     def test_wrongPasswordOneLine(self) -> None:
         """
         A wrong password: exit status 1 and one line that says the broker
-        refused the credentials, at once (not the 5 s connect timeout).
+        refused the credentials (not the connect timeout's message: a
+        process start-up on a loaded machine can take as long as the
+        timeout, so the time is not what tells them apart).
         """
-        started = time.monotonic()
         result = self.requester("--user", "bob", password="wrong")
-        self.assertLess(time.monotonic() - started, 4.5)
         self.assertEqual(result.returncode, 1)
         self.assertEqual(
             result.stderr.strip(),
