@@ -596,6 +596,10 @@ class ConsumerTests(ClientTestCase):
         got = [await first.recv() for _ in range(3)]
         self.assertEqual([d.sequence for d in got], [1, 2, 3])
         self.assertEqual(await first.commit("orders", 3), 3)
+        # Closed first: a client that reconnects resumes its consumer, and
+        # the later of two connections consuming under one name takes it
+        # over, so a reconnecting "first" could take 4 and 5 from "second".
+        await first.close()
         await self.restart_broker()
         second = await self.client("second")
         await second.consume("orders", "", "billing")
