@@ -79,6 +79,8 @@ class Pack:
     the L{InterestListener} of its model.
 
     @ivar peers: the peer brokers of the pack, by ZRE uuid.
+    @ivar by_origin: the same peer brokers, by origin id (kept in step with
+        L{peers}).
     """
 
     def __init__(
@@ -112,13 +114,12 @@ class Pack:
         self._outbox_limit = outbox_limit
         self._owners = owners
         self.peers: dict[bytes, PeerBroker] = {}
+        self.by_origin: dict[str, PeerBroker] = {}
         # Per origin, the letters its broker handed over lately (L{Relays}).
         self._relays: dict[str, Relays] = {}
         self.counters = PackCounters()
         self._log_limit = LogLimit(clock, _log)
-        self.groups = PackGroups(
-            broker, clock, broker_id, lambda: self.peers.values(), owners is not None
-        )
+        self.groups = PackGroups(broker, clock, broker_id, self.by_origin, owners is not None)
 
     def start(self) -> None:
         self._broker.interests.listener = self
@@ -238,6 +239,7 @@ class Pack:
             self._relays.setdefault(origin, Relays()),
         )
         self.peers[uuid] = member
+        self.by_origin[origin] = member
         self.counters.joined += 1
         _log.info("pack {pack}: broker {name} joined", pack=self.name, name=peer.name)
         self._resync(member)
@@ -248,6 +250,7 @@ class Pack:
         member = self.peers.pop(uuid, None)
         if member is None:
             return
+        del self.by_origin[member.origin]
         self.counters.left += 1
         _log.info("pack {pack}: broker {name} left", pack=self.name, name=member.name)
         member.close()

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IReactorTime
@@ -53,7 +53,7 @@ from malamute_pack.broker.limits import check_name
 from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.broker.session import PartySession
 from malamute_pack.pack.outbox import PeerOutbox
-from malamute_pack.pack.peer_broker import PeerBroker
+from malamute_pack.pack.peer_broker import PeerBroker, count_refusal
 from malamute_pack.protocol import mlm, packlink
 from malamute_pack.protocol.records import StreamRecord
 
@@ -179,12 +179,13 @@ class PackGroups:
         broker: Broker,
         clock: IReactorTime,
         broker_id: str,
-        peers: Callable[[], Iterable[PeerBroker]],
+        peers: Mapping[str, PeerBroker],
         believe_users: bool,
     ) -> None:
         """
         @param broker_id: this broker's origin id (what its peers call it).
-        @param peers: the peer brokers of the pack now.
+        @param peers: the peer brokers of the pack now, by origin id (the
+            pack keeps it in step as they join and leave).
         @param believe_users: whether the user a peer says its client is
             is believed (a CURVE pack whose clients authenticate); else a
             peer's client is anonymous here.
@@ -224,17 +225,11 @@ class PackGroups:
         for key in list(self._hosted):
             self._unhost(key)
 
-    def _peer(self, origin: str) -> PeerBroker | None:
-        for peer in self._peers():
-            if peer.origin == origin:
-                return peer
-        return None
-
     def home_of(self, stream: str, group: str) -> PeerBroker | None:
         """The home of C{group} of C{stream}: a peer, or None for this broker."""
         best: PeerBroker | None = None
         weight = home_weight(self.broker_id, stream, group)
-        for peer in self._peers():
+        for peer in self._peers.values():
             w = home_weight(peer.origin, stream, group)
             if w > weight:
                 best, weight = peer, w
@@ -280,7 +275,7 @@ class PackGroups:
 
     def commit(self, connection: Connection, message: mlm.StreamCommit) -> None:
         membership = self._memberships.get((connection, message.stream))
-        home = self._peer(membership.home) if membership is not None else None
+        home = self._peers.get(membership.home) if membership is not None else None
         if membership is None or home is None:
             connection.session.committed(
                 message.stream,
@@ -303,7 +298,7 @@ class PackGroups:
         if membership is None:
             return
         self._drop(membership)
-        home = self._peer(membership.home)
+        home = self._peers.get(membership.home)
         if home is not None:
             m = membership
             home.outbox.send(packlink.encode(packlink.GroupLeave(m.stream, m.group, m.member)))
@@ -336,7 +331,7 @@ class PackGroups:
             connection.took()
             membership.taken += 1
         if membership.taken >= _REGRANT:
-            home = self._peer(membership.home)
+            home = self._peers.get(membership.home)
             if home is not None:
                 m = membership
                 home.outbox.send(
@@ -363,7 +358,7 @@ class PackGroups:
         key = (session.peer, session.stream, session.group, session.member)
         if self._hosted.get(key) is not session:
             return
-        peer = self._peer(session.peer)
+        peer = self._peers.get(session.peer)
         if peer is not None:
             message = packlink.GroupEnded(
                 session.stream, session.group, session.member, mlm.FAILED, reason
@@ -438,7 +433,7 @@ class PackGroups:
     def ship(self) -> None:
         """Tell every peer what changed in what the groups homed here acknowledged."""
         changed, self._changed = self._changed, set()
-        peers = list(self._peers())
+        peers = list(self._peers.values())
         if not peers:
             return
         for key in changed:
@@ -482,14 +477,7 @@ class PackGroups:
         try:
             handler(self, peer, message)
         except Refused as e:
-            self.counters.refused += 1
-            self._log_limit.info(
-                "refused",
-                "{peer}: refused {kind}: {reason}",
-                peer=peer,
-                kind=type(message).__name__,
-                reason=e,
-            )
+            count_refusal(self.counters, self._log_limit, peer, message, e)
 
     # ... as the home of a group
 
@@ -502,9 +490,8 @@ class PackGroups:
             self._unhost(key)  # the peer's member joined again (another client of it)
         limit = broker.limits.max_subscriptions * 16
         if sum(1 for k in self._hosted if k[0] == peer.origin) >= limit:
-            self._refuse(
-                peer, message, f"too many group members from one peer: the limit is {limit}"
-            )
+            reason = f"too many group members from one peer: the limit is {limit}"
+            self._refuse(peer, message, mlm.FAILED, reason)
             return
         user = message.user if self._believe_users else ""
         session = RemoteMember(
@@ -526,31 +513,20 @@ class PackGroups:
             broker.consumers.consume(connection, consume)
         except Refused as e:
             broker.detach_remote(session)
-            self.counters.refused += 1
-            peer.outbox.send(
-                packlink.encode(
-                    packlink.GroupEnded(
-                        message.stream,
-                        message.group,
-                        message.member,
-                        e.code,
-                        mlm.fit_string(str(e)),
-                    )
-                )
-            )
+            self._refuse(peer, message, e.code, str(e))
             return
         self._hosted[key] = session
         self.counters.hosted += 1
 
-    def _refuse(self, peer: PeerBroker, message: packlink.GroupJoin, reason: str) -> None:
+    def _refuse(
+        self, peer: PeerBroker, message: packlink.GroupJoin, code: int, reason: str
+    ) -> None:
+        """The join is refused: C{peer}'s member ends (GROUP_ENDED), and it is counted."""
         self.counters.refused += 1
-        peer.outbox.send(
-            packlink.encode(
-                packlink.GroupEnded(
-                    message.stream, message.group, message.member, mlm.FAILED, reason
-                )
-            )
+        ended = packlink.GroupEnded(
+            message.stream, message.group, message.member, code, mlm.fit_string(reason)
         )
+        peer.outbox.send(packlink.encode(ended))
 
     def _hosted_for(
         self, peer: PeerBroker, stream: str, group: str, member: str

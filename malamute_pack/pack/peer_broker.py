@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -82,6 +83,35 @@ class Relays:
                 self.send(packlink.encode(packlink.Answer(relay_id, packlink.DONE, 200, "done")))
 
         return finished
+
+
+class CountsRefusals(Protocol):
+    """Counters with a count of the messages refused."""
+
+    refused: int
+
+
+def count_refusal(
+    counters: CountsRefusals,
+    log_limit: LogLimit,
+    peer: PeerBroker,
+    message: packlink.LinkMessage,
+    error: Refused,
+) -> None:
+    """
+    C{message} from C{peer} was refused (C{error}): counted, and logged as
+    often as C{log_limit} lets (a peer decides how much it sends: a line
+    per refusal would let it fill the log). For the messages a
+    L{PeerBroker} applies, and those L{malamute_pack.pack.groups} does.
+    """
+    counters.refused += 1
+    log_limit.info(
+        "refused",
+        "{peer}: refused {kind}: {reason}",
+        peer=peer,
+        kind=type(message).__name__,
+        reason=error,
+    )
 
 
 @dataclass
@@ -194,15 +224,7 @@ class PeerBroker:
                 self.check_size(message)
             handler(self, message)
         except Refused as e:
-            self.counters.refused += 1
-            # A peer decides how much it sends: a line per refusal would let it fill the log.
-            self._log_limit.info(
-                "refused",
-                "{peer}: refused {kind}: {reason}",
-                peer=self,
-                kind=type(message).__name__,
-                reason=e,
-            )
+            count_refusal(self.counters, self._log_limit, self, message, e)
 
     def check_size(self, message: packlink.LinkMessage) -> None:
         """A peer is held to the limits a client is (its clients were)."""

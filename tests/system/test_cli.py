@@ -15,7 +15,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,20 +26,10 @@ from malamute_pack.client.bulk import BulkClient
 from malamute_pack.protocol import mlm
 from malamute_pack.testing.brokerprocess import (
     BrokerProcess,
-    checkout_environment,
     fresh_ipc_endpoint,
 )
+from tests.cli_support import COMMAND, cli_environment
 from tests.support import skip_slow
-
-COMMAND = [sys.executable, "-m", "malamute_pack.cli"]
-
-
-def _environment(**extra: str) -> dict[str, str]:
-    env = checkout_environment(**extra)
-    for name in ("MALAMUTE_ENDPOINT", "MALAMUTE_USER", "MALAMUTE_PASSWORD", "MALAMUTE_ADDRESS"):
-        if name not in extra:
-            env.pop(name, None)
-    return env
 
 
 def malamute(*args: str, stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess[bytes]:
@@ -50,7 +39,7 @@ def malamute(*args: str, stdin: bytes = b"", **env: str) -> subprocess.Completed
         input=stdin,
         capture_output=True,
         timeout=60,
-        env=_environment(**env),
+        env=cli_environment(**env),
     )
     if b"Traceback" in done.stderr:
         raise AssertionError(f"a traceback from {args}:\n{done.stderr.decode()}")
@@ -156,7 +145,7 @@ class StreamTests(CommandCase):
             [*COMMAND, "-e", broker.endpoint, "tail", "weather"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=_environment(),
+            env=cli_environment(),
         )
         assert process.stdout is not None
         deadline = time.monotonic() + 60
@@ -232,7 +221,7 @@ class LetterTests(CommandCase):
             [*COMMAND, "-e", broker.endpoint, "serve", *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env=_environment(),
+            env=cli_environment(),
         )
         self.addCleanup(_kill, process)
         assert process.stderr is not None

@@ -19,8 +19,9 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.testing.brokerprocess import BrokerProcess
+from tests.cli_support import COMMAND, cli_environment
 from tests.support import skip_slow
-from tests.system.test_cli import COMMAND, _environment, _kill, malamute
+from tests.system.test_cli import _kill, malamute
 
 
 class TailWaitsTests(SynchronousTestCase):
@@ -38,7 +39,7 @@ class TailWaitsTests(SynchronousTestCase):
             [*COMMAND, "-e", broker.endpoint, "tail", "wether"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=_environment(),
+            env=cli_environment(),
         )
         self.addCleanup(_kill, process)
         assert process.stdout is not None and process.stderr is not None

@@ -8,8 +8,6 @@ replicated to the partner). Model: L{malamute_pack.broker.consumers}.
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -18,9 +16,11 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.bulk import BulkClient
 from malamute_pack.testing.brokerprocess import BrokerProcess
+from tests.cli_support import COMMAND, cli_environment
+from tests.group_members import Member
 from tests.pair_system_support import ACTIVE, TAKING_OVER, PairCase
 from tests.support import skip_slow
-from tests.system.test_cli import COMMAND, _environment, malamute
+from tests.system.test_cli import malamute
 
 STREAM = "orders"
 RECORDS = 1000
@@ -83,39 +83,6 @@ class ConsumerTailTests(SynchronousTestCase):
         )
 
 
-class Member:
-    """A `malamute tail --group` process, its printed records collected by a thread."""
-
-    def __init__(self, endpoint: str, name: str) -> None:
-        self.name = name
-        self.records: list[tuple[int, str]] = []
-        self.process = subprocess.Popen(
-            [
-                *COMMAND, "-e", endpoint, "tail", STREAM, "--group", "g", "--consumer", name,
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=_environment(),
-        )  # fmt: skip
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            record = json.loads(line)
-            self.records.append((record["seq"], record["subject"]))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._thread.join(10)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
-
 class ConsumerGroupTests(SynchronousTestCase):
     skip = skip_slow
 
@@ -130,7 +97,7 @@ class ConsumerGroupTests(SynchronousTestCase):
         broker = BrokerProcess(Path(self.mktemp()), args=["--timeout", "3000"])
         broker.start()
         self.addCleanup(broker.stop)
-        members = [Member(broker.endpoint, f"m{n}") for n in range(3)]
+        members = [Member(broker.endpoint, f"m{n}", "g", STREAM) for n in range(3)]
         for member in members:
             self.addCleanup(member.stop)
         deadline = time.monotonic() + 30
@@ -182,7 +149,7 @@ class ConsumerPairTests(PairCase):
             ],
             capture_output=True,
             timeout=120,
-            env=_environment(),
+            env=cli_environment(),
         )  # fmt: skip
         self.assertEqual(done.returncode, 0, done.stderr)
         return [json.loads(line)["seq"] for line in done.stdout.splitlines()]
@@ -204,7 +171,7 @@ class ConsumerPairTests(PairCase):
             capture_output=True,
             text=True,
             timeout=120,
-            env=_environment(),
+            env=cli_environment(),
         )
         self.assertEqual(write.returncode, 0, write.stderr)
         self.assertEqual(self.tail(400), list(range(1, 401)))

@@ -8,52 +8,17 @@ brokers; one member killed part-way. Model: L{malamute_pack.pack.groups}.
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import time
 from typing import ClassVar
 
-from malamute_pack.testing.netns import Host
+from tests.cli_support import COMMAND, cli_environment
+from tests.group_members import Member
 from tests.pack_system_support import PackCase
-from tests.system.test_cli import COMMAND, _environment
 
 STREAM = "orders"
 GROUP = "g"
 RECORDS = 10_000
 SUBJECTS = 100
-
-
-class Member:
-    """A `malamute tail --group` process on a host, its printed records collected by a thread."""
-
-    def __init__(self, host: Host, endpoint: str, name: str) -> None:
-        self.name = name
-        self.records: list[tuple[int, str]] = []
-        self.process = host.popen(
-            [
-                *COMMAND, "-e", endpoint, "tail", STREAM, "--group", GROUP, "--consumer", name,
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=_environment(),
-        )  # fmt: skip
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            record = json.loads(line)
-            self.records.append((record["seq"], record["subject"]))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._thread.join(10)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
 
 
 class PackGroupTests(PackCase):
@@ -78,7 +43,7 @@ class PackGroupTests(PackCase):
             [*COMMAND, "-e", self.broker(index).endpoint, "import", "-", STREAM],
             input=lines,
             timeout=120,
-            env=_environment(),
+            env=cli_environment(),
         )
         self.assertEqual(done.returncode, 0, done.stderr)
 
@@ -89,7 +54,7 @@ class PackGroupTests(PackCase):
             done = self.lan.hosts[index - 1].run(
                 [*COMMAND, "-e", self.broker(index).endpoint, "consumers", "--json"],
                 timeout=30,
-                env=_environment(),
+                env=cli_environment(),
             )
             self.assertEqual(done.returncode, 0, done.stderr)
             if any(c["name"] == GROUP for c in json.loads(done.stdout)):
@@ -105,9 +70,9 @@ class PackGroupTests(PackCase):
         in order at each member; the group lives on one broker only.
         """
         members = [
-            Member(self.lan.hosts[0], self.broker(1).endpoint, "m1"),
-            Member(self.lan.hosts[0], self.broker(1).endpoint, "m2"),
-            Member(self.lan.hosts[1], self.broker(2).endpoint, "m3"),
+            Member(self.broker(1).endpoint, "m1", GROUP, STREAM, self.lan.hosts[0]),
+            Member(self.broker(1).endpoint, "m2", GROUP, STREAM, self.lan.hosts[0]),
+            Member(self.broker(2).endpoint, "m3", GROUP, STREAM, self.lan.hosts[1]),
         ]
         for member in members:
             self.addCleanup(member.stop)

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from twisted.trial.unittest import SynchronousTestCase
-
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig
 from malamute_pack.protocol import mlm
 from tests.broker_support import BrokerHarness
+from tests.group_members import GroupDeliveryCase
 
 W = b"writer"
 MEMBERS = (b"m1", b"m2", b"m3")
@@ -28,7 +27,7 @@ def records(messages: list[mlm.Message]) -> list[tuple[int, str]]:
     return [(m.sequence, m.subject) for m in messages if isinstance(m, mlm.StreamRecord)]
 
 
-class GroupTestCase(SynchronousTestCase):
+class GroupTestCase(GroupDeliveryCase):
     limits = Limits(group_lease=0)
 
     def setUp(self) -> None:
@@ -59,17 +58,6 @@ class GroupTestCase(SynchronousTestCase):
     def collect(self) -> None:
         for route in list(self.got) + list(MEMBERS):
             self.got[route] += records(self.h.take(route))
-
-    def assertExactlyOnceInOrder(self, total: int) -> None:
-        """Every record 1..total went to one member, and each subject's records to one, in order."""
-        seqs = sorted(seq for got in self.got.values() for seq, _ in got)
-        self.assertEqual(seqs, list(range(1, total + 1)))
-        for got in self.got.values():
-            by_subject: dict[str, list[int]] = defaultdict(list)
-            for seq, subject in got:
-                by_subject[subject].append(seq)
-            for subject_seqs in by_subject.values():
-                self.assertEqual(subject_seqs, sorted(subject_seqs))
 
 
 class SharingTests(GroupTestCase):

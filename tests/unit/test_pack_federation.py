@@ -530,6 +530,52 @@ class ServiceTests(PackTestCase):
         self.assertEqual(self.h("a").broker.post.letter_bytes, 0)
 
 
+class PeersByOriginTests(PackTestCase):
+    """The pack's peer brokers by origin id (L{Pack.by_origin}), kept in step with L{Pack.peers}."""
+
+    def origin(self, name: str) -> str:
+        return self.net.peers[name].uuid.hex().upper()
+
+    def assertInStep(self, pack: Pack) -> None:
+        """C{pack.by_origin} holds exactly the peers of C{pack.peers}, each under its origin."""
+        self.assertEqual(pack.by_origin, {p.origin: p for p in pack.peers.values()})
+
+    def test_peersThatJoinAreFoundByOrigin(self) -> None:
+        """The brokers that joined are found by their origin ids, as the same peer brokers."""
+        pack = self.net.packs["a"]
+        self.assertInStep(pack)
+        self.assertEqual(set(pack.by_origin), {self.origin("b"), self.origin("c")})
+        self.assertIs(pack.by_origin[self.origin("b")], pack.peers[self.net.peers["b"].uuid])
+
+    def test_peerThatLeftIsNotFound(self) -> None:
+        """A broker that left the pack is no longer found by its origin; the others still are."""
+        pack = self.net.packs["a"]
+        self.net.part("a", "b")
+        self.assertInStep(pack)
+        self.assertNotIn(self.origin("b"), pack.by_origin)
+        self.assertIn(self.origin("c"), pack.by_origin)
+
+    def test_peerBackUnderTheSameOrigin(self) -> None:
+        """
+        A broker that left and joined again (its origin id the same) is
+        found as the new peer broker, not the one that left.
+        """
+        pack = self.net.packs["a"]
+        gone = pack.by_origin[self.origin("b")]
+        self.net.part("a", "b")
+        self.net.join("a", "b")
+        self.assertInStep(pack)
+        back = pack.by_origin[self.origin("b")]
+        self.assertIsNot(back, gone)
+        self.assertIs(back, pack.peers[self.net.peers["b"].uuid])
+
+    def test_stoppedPackFindsNone(self) -> None:
+        """A pack that stopped finds no peer by origin."""
+        pack = self.net.packs["a"]
+        pack.stop()
+        self.assertEqual(pack.by_origin, {})
+
+
 class MalformedTests(PackTestCase):
     names: ClassVar[list[str]] = ["a", "b"]
 

@@ -12,11 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import ClassVar
 
-from twisted.trial.unittest import SynchronousTestCase
-
 from malamute_pack.pack.groups import MAX_VECTOR_ENTRIES, WINDOW, home_weight
 from malamute_pack.protocol import mlm, packlink
 from tests.broker_support import BrokerHarness
+from tests.group_members import GroupDeliveryCase
 from tests.unit.test_pack_federation import Network
 
 W = b"writer"
@@ -28,7 +27,7 @@ def records(messages: list[mlm.Message]) -> list[tuple[int, str]]:
     return [(m.sequence, m.subject) for m in messages if isinstance(m, mlm.StreamRecord)]
 
 
-class PackGroupCase(SynchronousTestCase):
+class PackGroupCase(GroupDeliveryCase):
     names: ClassVar[list[str]] = ["a", "b"]
 
     def setUp(self) -> None:
@@ -85,17 +84,6 @@ class PackGroupCase(SynchronousTestCase):
     def commit(self, broker: str, route: bytes, seq: int) -> None:
         self.h(broker).send(route, mlm.StreamCommit(STREAM, seq))
         self.net.run()
-
-    def assertExactlyOnceInOrder(self, total: int) -> None:
-        """Every record 1..total reached one member, each subject's records in order."""
-        seqs = sorted(seq for got in self.got.values() for seq, _ in got)
-        self.assertEqual(seqs, list(range(1, total + 1)))
-        for got in self.got.values():
-            by_subject: dict[str, list[int]] = defaultdict(list)
-            for seq, subject in got:
-                by_subject[subject].append(seq)
-            for subject_seqs in by_subject.values():
-                self.assertEqual(subject_seqs, sorted(subject_seqs))
 
 
 class SharingTests(PackGroupCase):
