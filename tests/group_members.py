@@ -1,8 +1,9 @@
 """
 What the consumer-group tests share: a member of a group as a
-C{malamute tail --group} process whose printed records a thread collects
-(the system tests), and the check that records reached a group's members
-exactly once, each subject's in order (the unit tests).
+C{malamute tail --group} process whose printed records a thread collects,
+and the check of what such members printed (the system tests); the check
+that records reached a group's members exactly once, each subject's in
+order (the unit tests).
 
 Tests: used by ``tests/system/test_consumers.py``,
 ``tests/system/test_pack_groups.py``, ``tests/unit/test_broker_groups.py`` and
@@ -14,8 +15,9 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -85,3 +87,35 @@ class GroupDeliveryCase(SynchronousTestCase):
                 by_subject[subject].append(seq)
             for subject_seqs in by_subject.values():
                 self.assertEqual(subject_seqs, sorted(subject_seqs))
+
+
+def check_printed(
+    case: SynchronousTestCase,
+    members: Sequence[Member],
+    survivors: Iterable[Member],
+    wanted: set[int],
+    seconds: float,
+) -> None:
+    """
+    Wait up to C{seconds} for C{members} to have printed every record of
+    C{wanted} between them; then check that none is missing, that no
+    record was printed by two of the C{survivors} (a member killed may
+    have printed a record another then got again), and that each member
+    printed each subject's records in order.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if {seq for member in members for seq, _ in member.records} >= wanted:
+            break
+        time.sleep(0.2)
+    printed = {seq for member in members for seq, _ in member.records}
+    missing = sorted(wanted - printed)
+    case.assertEqual(missing[:20], [], f"{len(missing)} records no member printed")
+    by_survivors = [seq for member in survivors for seq, _ in member.records]
+    case.assertEqual(len(by_survivors), len(set(by_survivors)), "printed by two members")
+    for member in members:
+        per_subject: dict[str, list[int]] = defaultdict(list)
+        for seq, subject in member.records:
+            per_subject[subject].append(seq)
+        for subject, seqs in per_subject.items():
+            case.assertEqual(seqs, sorted(seqs), f"{member.name}: {subject} out of order")

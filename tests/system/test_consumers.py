@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from malamute_pack.client.bulk import BulkClient
 from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.cli_support import COMMAND, cli_environment
-from tests.group_members import Member
+from tests.group_members import Member, check_printed
 from tests.pair_system_support import ACTIVE, TAKING_OVER, PairCase
 from tests.support import skip_slow
 from tests.system.test_cli import malamute
@@ -115,23 +115,7 @@ class ConsumerGroupTests(SynchronousTestCase):
                     time.sleep(0.05)
                 killed.stop()
         survivors = members[1:]
-        deadline = time.monotonic() + 60
-        wanted = set(range(1, 10_001))
-        while time.monotonic() < deadline:
-            printed = {seq for member in members for seq, _ in member.records}
-            if printed >= wanted:
-                break
-            time.sleep(0.2)
-        printed = {seq for member in members for seq, _ in member.records}
-        self.assertEqual(wanted - printed, set(), "records no member printed")
-        by_survivors = [seq for member in survivors for seq, _ in member.records]
-        self.assertEqual(len(by_survivors), len(set(by_survivors)), "printed by two members")
-        for member in members:
-            per_subject: dict[str, list[int]] = {}
-            for seq, subject in member.records:
-                per_subject.setdefault(subject, []).append(seq)
-            for subject, seqs in per_subject.items():
-                self.assertEqual(seqs, sorted(seqs), f"{member.name}: {subject} out of order")
+        check_printed(self, members, survivors, set(range(1, 10_001)), 60)
         self.assertTrue(all(member.records for member in survivors))
 
 

@@ -12,7 +12,7 @@ import time
 from typing import ClassVar
 
 from tests.cli_support import COMMAND, cli_environment
-from tests.group_members import Member
+from tests.group_members import Member, check_printed
 from tests.pack_system_support import PackCase
 
 STREAM = "orders"
@@ -89,22 +89,7 @@ class PackGroupTests(PackCase):
                 killed.stop()
         survivors = members[:2]
         wanted = set(range(1, RECORDS + 1))
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if {seq for member in members for seq, _ in member.records} >= wanted:
-                break
-            time.sleep(0.2)
-        printed = {seq for member in members for seq, _ in member.records}
-        missing = sorted(wanted - printed)
-        self.assertEqual(missing[:20], [], f"{len(missing)} records no member printed")
-        by_survivors = [seq for member in survivors for seq, _ in member.records]
-        self.assertEqual(len(by_survivors), len(set(by_survivors)), "printed by two members")
-        for member in members:
-            per_subject: dict[str, list[int]] = {}
-            for seq, subject in member.records:
-                per_subject.setdefault(subject, []).append(seq)
-            for subject, seqs in per_subject.items():
-                self.assertEqual(seqs, sorted(seqs), f"{member.name}: {subject} out of order")
+        check_printed(self, members, survivors, wanted, 90)
         self.assertTrue(
             all(member.records for member in members), [len(m.records) for m in members]
         )
