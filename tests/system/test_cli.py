@@ -28,30 +28,8 @@ from malamute_pack.testing.brokerprocess import (
     BrokerProcess,
     fresh_ipc_endpoint,
 )
-from tests.cli_support import COMMAND, cli_environment
+from tests.cli_support import COMMAND, cli_environment, kill_process, malamute
 from tests.support import skip_slow
-
-
-def malamute(*args: str, stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess[bytes]:
-    """Run the command with C{args}; its result (never a traceback, checked)."""
-    done = subprocess.run(
-        [*COMMAND, *args],
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-        env=cli_environment(**env),
-    )
-    if b"Traceback" in done.stderr:
-        raise AssertionError(f"a traceback from {args}:\n{done.stderr.decode()}")
-    return done
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
-    if process.stderr is not None:
-        process.stderr.close()
 
 
 class CommandCase(unittest.TestCase):
@@ -223,7 +201,7 @@ class LetterTests(CommandCase):
             stderr=subprocess.PIPE,
             env=cli_environment(),
         )
-        self.addCleanup(_kill, process)
+        self.addCleanup(kill_process, process)
         assert process.stderr is not None
         self.assertIn(b"serving", process.stderr.readline())
         return process

@@ -19,9 +19,8 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.testing.brokerprocess import BrokerProcess
-from tests.cli_support import COMMAND, cli_environment
+from tests.cli_support import COMMAND, cli_environment, kill_process, malamute
 from tests.support import skip_slow
-from tests.system.test_cli import _kill, malamute
 
 
 class TailWaitsTests(SynchronousTestCase):
@@ -41,7 +40,7 @@ class TailWaitsTests(SynchronousTestCase):
             stderr=subprocess.PIPE,
             env=cli_environment(),
         )
-        self.addCleanup(_kill, process)
+        self.addCleanup(kill_process, process)
         assert process.stdout is not None and process.stderr is not None
         line = process.stderr.readline().decode()
         self.assertIn("waiting for the first record of stream 'wether'", line)

@@ -16,11 +16,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.client.bulk import BulkClient
 from malamute_pack.testing.brokerprocess import BrokerProcess
-from tests.cli_support import COMMAND, cli_environment
+from tests.cli_support import COMMAND, cli_environment, malamute
 from tests.group_members import Member, check_printed
 from tests.pair_system_support import ACTIVE, TAKING_OVER, PairCase
 from tests.support import skip_slow
-from tests.system.test_cli import malamute
 
 STREAM = "orders"
 RECORDS = 1000
