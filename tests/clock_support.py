@@ -43,14 +43,16 @@ class ThreadedClock(Clock):
         else:
             self._calls.put((f, args, kwargs))
 
-    def run_thread_calls(self, idle: Callable[[], bool], timeout: float = 10.0) -> None:
+    def run_thread_calls(self, idle: Callable[[], bool], timeout: float = 30.0) -> None:
         """
         Run the calls other threads made, in the order they made them,
         until C{idle()} holds and none is waiting. Each turn first runs
         the clock's calls due now (C{advance(0)}): code that hands work to
         a thread on the next turn gets that turn.
 
-        @raise AssertionError: if that takes longer than C{timeout} seconds.
+        @raise AssertionError: if that takes longer than C{timeout} seconds
+            (a bound against a hang, generous: the unit suite runs beside
+            the system suite, and a starved thread took over 10 s).
         """
         deadline = time.monotonic() + timeout
         while True:
