@@ -204,8 +204,7 @@ class PostOffice:
             self.dispatch(self.service(letter.address))
         if store is not None:
             if letter.charged:
-                receipt = sender.receipts.expect(message.tracker)
-                self._journal(store, sender, letter, receipt, relay_key)
+                self._journal(store, sender, letter, relay_key)
             else:
                 # Delivered and done with already (no answer awaited): the
                 # journal would only write it and delete it; nothing of it
@@ -269,10 +268,13 @@ class PostOffice:
         store: Store,
         sender: Connection,
         letter: Letter,
-        receipt: Receipt,
         relay_key: tuple[str, int] | None,
     ) -> None:
-        """Journal C{letter}, still kept (queued, or held until answered)."""
+        """
+        Journal C{letter}, still kept (queued, or held until answered): its
+        sender's receipt waits for the commit.
+        """
+        receipt = sender.receipts.expect(letter.tracker)
         letter.journaled = True
         store.store_queued(
             letter.kind.value,

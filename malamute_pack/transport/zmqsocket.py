@@ -6,8 +6,9 @@ socket's state changes, not while messages wait. So a read drains until
 a receive finds nothing (which, like a ``ZMQ_EVENTS`` check, first takes
 in ZeroMQ's pending commands, and re-arms the edge), in batches handed to
 the owner in one call, and the state is checked again after sends, since
-a send can consume the edge that announced new input. A long flood is drained a bounded number of
-batches at a time so timers and other sockets still get their turn.
+a send can consume the edge that announced new input. A long flood is
+drained a bounded number of batches at a time so timers and other
+sockets still get their turn.
 
 Sends can be deferred while a batch is handled (L{ZmqSocket.defer}): they
 go out together, in order, once the owner is done with the batch. Each
