@@ -47,7 +47,8 @@ cannot be written at all is dropped, never retried forever) and runs
 retention pruning in bounded steps, one step between write batches.
 
 Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retention.py``,
-``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_isolation.py``.
+``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_isolation.py``,
+``tests/unit/test_journal_gather.py``.
 """
 
 from __future__ import annotations
@@ -486,6 +487,10 @@ class _PruneJob:
     first_seq: dict[str, int] = field(default_factory=dict)
 
 
+# A count of operations no submission reaches: nobody is to be woken.
+_NEVER: Final = 1 << 62
+
+
 class JournalWriter:
     """
     The writer thread over ``conn`` (opened with ``isolation_level=None``
@@ -512,7 +517,15 @@ class JournalWriter:
         self._on_batch = on_batch
         self._on_prune = on_prune
         self._queue: queue.SimpleQueue[Submission] = queue.SimpleQueue()
-        self.submit: Callable[[Submission], None] = self._queue.put
+        # While a batch gathers, the thread dozes on this instead of the
+        # queue: a submission wakes it only for a control operation or once
+        # the operations submitted (counted by the submitting thread) reach
+        # C{_wake_at}, set by this thread (which counts those it took) to
+        # what fills the batch in hand.
+        self._wake = threading.Event()
+        self._submitted = 0
+        self._taken = 0
+        self._wake_at = _NEVER
         # Write operations the last batch had no room for.
         self._backlog: list[WriteOp] = []
         self._stream_level = SYNCHRONOUS_LEVELS.index(config.stream_synchronous)
@@ -540,10 +553,26 @@ class JournalWriter:
     def start(self) -> None:
         self._thread.start()
 
+    def submit(self, item: Submission) -> None:
+        """
+        Give the thread a reactor turn's write operations (a list) or a
+        control operation. A thread idle on the queue wakes at once; one
+        gathering a batch is woken only by a control operation or once a
+        full batch waits, and otherwise takes what came when its commit
+        interval ends: under a steady flow of small turns it wakes once a
+        batch, not once a turn (each wake-up costs both threads a switch).
+        """
+        self._queue.put(item)
+        if type(item) is list:
+            self._submitted += len(item)
+            if self._submitted < self._wake_at:
+                return
+        self._wake.set()
+
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def _take(self, block: bool = True, timeout: float | None = None) -> list[WriteOp] | Control:
+    def _take(self, block: bool = True) -> list[WriteOp] | Control:
         """
         The next submission, whole: write operations (what the last batch
         left over first, then a reactor turn's list at once, never taken
@@ -552,8 +581,9 @@ class JournalWriter:
         if self._backlog:
             ops, self._backlog = self._backlog, []
             return ops
-        item = self._queue.get(block, timeout)
+        item = self._queue.get(block)
         if isinstance(item, list):
+            self._taken += len(item)
             return item
         if isinstance(item, Prune | Barrier | Execute | LastValuesMark | Stop):
             return item
@@ -561,6 +591,7 @@ class JournalWriter:
 
     def _run(self) -> None:
         take = self._take
+        wake = self._wake
         interval = self.config.commit_interval_s
         max_batch = self.config.commit_max_batch
         while True:
@@ -580,11 +611,20 @@ class JournalWriter:
                 batch = item.copy()  # the reactor's list: its shipper reads it too
                 deadline = time.monotonic() + interval
                 while len(batch) < max_batch:
-                    remaining = deadline - time.monotonic()
                     try:
-                        item = take(timeout=remaining) if remaining > 0 else take(block=False)
+                        item = take(block=False)
                     except queue.Empty:
-                        break
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        # A wake-up after this clear is kept; one before
+                        # it came with items the emptiness check sees.
+                        wake.clear()
+                        self._wake_at = self._taken + max_batch - len(batch)
+                        if self._queue.empty():
+                            wake.wait(remaining)
+                        self._wake_at = _NEVER
+                        continue
                     if not isinstance(item, list):
                         control = item
                         break

@@ -1,0 +1,106 @@
+"""
+Tests for how L{malamute_pack.journal.writer}'s thread gathers a batch:
+reactor turns submitted while it gathers share one transaction; it is
+woken before its commit interval ends only by a full batch or by a control
+operation (a barrier, a stop), never by the turns' submissions alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.task import deferLater
+
+from malamute_pack.journal.config import JournalConfig
+from malamute_pack.journal.records import stream_row
+from malamute_pack.journal.writer import Barrier
+from malamute_pack.protocol.records import StreamRow
+from tests.journal_support import WriterCase
+from tests.unit.test_journal_journal import Inline
+
+# Far longer than any test waits: a batch written before it ends was woken.
+LONG_INTERVAL = 600.0
+# How long a test waits for what should come at once before it fails.
+BOUND = 30.0
+
+
+def row(seq: int) -> StreamRow:
+    return stream_row("s", seq, 1.0, "w", "subject", [b"x"])
+
+
+def until(condition: Callable[[], bool]) -> Deferred[None]:
+    """Fires once C{condition} holds (the reactor running meanwhile); fails after L{BOUND}."""
+    deadline = time.monotonic() + BOUND
+
+    @inlineCallbacks
+    def poll() -> Inline:
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {BOUND} s")
+            yield deferLater(reactor, 0.01, lambda: None)
+
+    return poll()
+
+
+class FullBatchTests(WriterCase):
+    """A batch that fills while the thread dozes."""
+
+    config = JournalConfig(commit_interval_s=LONG_INTERVAL, commit_max_batch=3)
+
+    @inlineCallbacks
+    def test_fullBatchWakes(self) -> Inline:
+        """
+        Three turns of one record each fill a batch of three: it is written
+        at once, long before the commit interval ends, and a fourth record
+        waits for the next batch.
+        """
+        for seq in (1, 2, 3):
+            self.writer.submit([row(seq)])
+            yield deferLater(reactor, 0.05, lambda: None)
+        yield until(lambda: len(self.batches) == 1)
+        self.writer.submit([row(4)])
+        [outcome] = self.batches
+        self.assertEqual((outcome.records, outcome.stream_last), (3, {"s": 3}))
+
+
+class ControlTests(WriterCase):
+    """A control operation while the thread dozes."""
+
+    config = JournalConfig(commit_interval_s=LONG_INTERVAL)
+
+    @inlineCallbacks
+    def test_barrierWakes(self) -> Inline:
+        """
+        A barrier submitted while a batch gathers ends the gathering: the
+        records before it are written, in one batch, before it is done.
+        """
+        self.writer.submit([row(1)])
+        yield deferLater(reactor, 0.05, lambda: None)
+        self.writer.submit([row(2), row(3)])
+        done: Deferred[None] = Deferred()
+        self.writer.submit(Barrier(lambda: done.callback(None)))
+        yield done
+        [outcome] = self.batches
+        self.assertEqual((outcome.records, outcome.stream_last), (3, {"s": 3}))
+
+
+class IntervalTests(WriterCase):
+    """Turns that never fill a batch."""
+
+    config = JournalConfig(commit_interval_s=2.0)
+
+    @inlineCallbacks
+    def test_turnsShareOneBatch(self) -> Inline:
+        """
+        Turns submitted while the thread dozes through its commit interval
+        are written together, in one batch, once the interval ends.
+        """
+        for seq in range(1, 6):
+            self.writer.submit([row(seq)])
+            yield deferLater(reactor, 0.01, lambda: None)
+        yield until(lambda: len(self.batches) >= 1)
+        [outcome] = self.batches
+        self.assertEqual((outcome.records, outcome.stream_last), (5, {"s": 5}))
