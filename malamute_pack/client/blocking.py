@@ -20,9 +20,11 @@ polled with it: a broken connection moves the client on at once, and a
 send finds no connection at once instead of blocking. With one endpoint
 or several, the monitor tells too when the broker refuses the
 credentials: the constructor raises L{AuthenticationRefusedError} then,
-not after its timeout; for a CURVE client whose handshakes the broker
-keeps breaking off (its key for the broker is wrong), L{WrongServerKeyError}
-as soon as two did, or at the timeout after one.
+not after its timeout; for a client whose handshakes the broker keeps
+breaking off (a CURVE client's key for the broker is wrong; another's
+refusal lost to the broker's reset), L{WrongServerKeyError} or
+L{AuthenticationRefusedError} as soon as two did, or at the timeout after
+one.
 
 Options (L{ClientOptions}) are given as C{options=} and/or as keyword
 overrides, as for the Twisted client. The client speaks protocol version 2
@@ -138,7 +140,7 @@ class BlockingClient(ClientFacade[None, int]):
         self._monitor: zmq.Socket[bytes] | None = None
         self._linked = True
         self._changes: deque[LinkChange | Refusal] = deque()
-        self._handshakes = Handshakes(resolved.curve is not None)
+        self._handshakes = Handshakes()
         self._socket = self._dealer(endpoints[0])
         self._deliveries: deque[Delivery] = deque()
         self._confirmations: deque[Confirmation] = deque()
@@ -357,7 +359,7 @@ class BlockingClient(ClientFacade[None, int]):
     def _refused_instead(self, error: BaseException) -> BaseException:
         """
         What the constructor raises for C{error}: at the timeout, the
-        refusal the handshakes make (a CURVE broker that broke them off), if
+        refusal the handshakes make (a broker that broke them off), if
         any.
         """
         if not isinstance(error, BrokerUnreachableError) or isinstance(

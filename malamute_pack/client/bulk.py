@@ -218,7 +218,7 @@ class BulkClient:
         # connection up or lost), and whether its connection is up.
         self._monitor: zmq.Socket[bytes] | None = None
         self._linked = False
-        self._handshakes = Handshakes(self._options.curve is not None)
+        self._handshakes = Handshakes()
         self._credit = 0  # credit the broker holds for this connection
         self._last_sent = 0.0
         try:
@@ -361,7 +361,7 @@ class BulkClient:
     def _refused_or(self, error: BrokerUnreachableError) -> BrokerUnreachableError:
         """
         C{error} (no answer in time), or the refusal the handshakes make (a
-        CURVE broker that broke them off) if any.
+        broker that broke them off) if any.
         """
         refusal = self._handshakes.refusal()
         if refusal is None:

@@ -27,7 +27,11 @@ C{EVENT_DISCONNECTED}, and connects again every 100 to 200 ms, for ever
 L{Handshakes} counts those broken-off handshakes across the client's
 DEALERs: L{BROKEN_OFF_CONCLUSIVE} of them with none succeeded, or one
 when connect() times out, make a L{Refusal} that L{refusal_error} turns
-into L{WrongServerKeyError}.
+into L{WrongServerKeyError}. A refusal of the other mechanisms can come as
+a broken-off handshake too, on a busy machine (the broker's reset drops
+its answer before the client has read it, and libzmq connects again):
+those make a L{Refusal} the same way, and the error says what the broker
+probably wants.
 A blocking client whose send found no room waits with L{wait_writable},
 which wakes up for the monitor too (a connection that broke leaves no room
 ever: waiting for room alone would last until the timeout).
@@ -64,8 +68,8 @@ LINK_EVENTS: Final = (
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
 #: Handshakes broken off by the broker, none succeeding, after which a
-#: CURVE client reports its broker key wrong (libzmq retries every 100 to
-#: 200 ms: the second comes within about 0.2 s).
+#: client reports a refusal (a CURVE client: its broker key wrong; libzmq
+#: retries every 100 to 200 ms: the second comes within about 0.2 s).
 BROKEN_OFF_CONCLUSIVE: Final = 2
 # What a handshake broken off by the peer fails with (the peer closed the
 # connection), not a handshake timing out.
@@ -171,14 +175,18 @@ class Handshakes:
     handshakes broken off with none succeeded say that the broker's public
     key it was given is probably not the broker's (or that something other
     than a Malamute broker listens there): libzmq cannot tell it otherwise.
+    For a client of another mechanism they are what a refusal of its
+    mechanism becomes when the broker's reset overtakes its answer: the
+    broker, having refused, closes with the client's next bytes unread,
+    which makes the kernel reset the connection and drop the broker's
+    greeting if the client, busy, had not read it yet; libzmq then
+    connects again and again.
 
     @ivar succeeded: whether a handshake ever succeeded.
     @ivar broken_off: the handshakes the broker broke off.
     """
 
-    def __init__(self, curve: bool) -> None:
-        """@param curve: whether the client offers CURVE (else nothing is concluded)."""
-        self._curve = curve
+    def __init__(self) -> None:
         self.succeeded = False
         self.broken_off = 0
 
@@ -197,11 +205,11 @@ class Handshakes:
 
     def refusal(self) -> Refusal | None:
         """
-        The L{Refusal} the handshakes so far make, for a CURVE client whose
-        handshakes the broker broke off (one is enough when connect() timed
-        out) and none succeeded; None otherwise.
+        The L{Refusal} the handshakes so far make: handshakes the broker
+        broke off (one is enough when connect() timed out), none
+        succeeding; None otherwise.
         """
-        if self._curve and self.broken_off and not self.succeeded:
+        if self.broken_off and not self.succeeded:
             return Refusal(broken_off=self.broken_off)
         return None
 
@@ -221,8 +229,24 @@ def refusal_error(
 ) -> AuthenticationRefusedError:
     """The error that tells the user what the broker at C{endpoint} refused, and what to fix."""
     mechanism = offered_mechanism(plain, curve)
+    times = {1: "once", 2: "twice"}.get(refusal.broken_off, f"{refusal.broken_off} times")
+    if refusal.broken_off and curve is None:
+        if plain is None:
+            why = (
+                "it probably requires PLAIN/CURVE authentication and this client offers "
+                "none: give --user and the password (MALAMUTE_PASSWORD), or CURVE keys"
+            )
+        else:
+            why = (
+                f"it refused the credentials (PLAIN user {plain[0]!r}) or takes another "
+                "mechanism: check --user, the password and the endpoint"
+            )
+        message = (
+            f"the broker at {endpoint} broke off the {mechanism} handshake ({times}, never "
+            f"completing one): {why}"
+        )
+        return AuthenticationRefusedError(message, endpoint, mechanism, None)
     if refusal.broken_off and curve is not None:
-        times = {1: "once", 2: "twice"}.get(refusal.broken_off, f"{refusal.broken_off} times")
         return WrongServerKeyError(
             f"the broker at {endpoint} broke off the CURVE handshake ({times}, never "
             "completing one): the broker's public key given to this client (server key "

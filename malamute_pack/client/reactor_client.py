@@ -142,7 +142,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         self._monitor: ZmqSocket | None = None
         self._linked = True  # whether the connection is up (always, as far as one endpoint goes)
         self._several = len(endpoints) > 1
-        self._handshakes = Handshakes(options.curve is not None)
+        self._handshakes = Handshakes()
         if monitor is not None:
             self._watch(monitor)
         self._dropped_before = 0  # by the sockets of endpoints left
@@ -357,7 +357,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
     def _refused_instead(self, error: ClientError) -> ClientError:
         """
         What connect() fails with for C{error}: at the timeout, the refusal
-        the handshakes make (a CURVE broker that broke them off), if any.
+        the handshakes make (a broker that broke them off), if any.
         """
         if isinstance(error, BrokerUnreachableError) and not isinstance(
             error, AuthenticationRefusedError

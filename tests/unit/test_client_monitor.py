@@ -1,19 +1,34 @@
 """
-Tests for L{malamute_pack.client.monitor} and the watched DEALER of
-L{malamute_pack.client.dealer.make_watched_dealer}: real ZeroMQ sockets
-(a ROUTER bound on a loopback port of its choosing, endpoints nothing is
-bound to), no broker.
+Tests for L{malamute_pack.client.monitor}: what handshakes the broker broke
+off make of a client's connect, by the mechanism it offers; and the watched
+DEALER of L{malamute_pack.client.dealer.make_watched_dealer}: real ZeroMQ
+sockets (a ROUTER bound on a loopback port of its choosing, endpoints
+nothing is bound to), no broker.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
+import threading
+import time
 
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.dealer import make_watched_dealer
-from malamute_pack.client.monitor import LinkChange, link_change, unwatch
+from malamute_pack.client.errors import AuthenticationRefusedError, WrongServerKeyError
+from malamute_pack.client.monitor import (
+    BROKEN_OFF_CONCLUSIVE,
+    Handshakes,
+    LinkChange,
+    Refusal,
+    link_change,
+    refusal_error,
+    unwatch,
+)
+from malamute_pack.client.options import CurveKeys
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 
 
@@ -29,6 +44,116 @@ class LinkChangeTests(SynchronousTestCase):
         self.assertIsNone(link_change([struct.pack("=HI", zmq.EVENT_CONNECTED, 9), b"x"]))
         self.assertIsNone(link_change([b"short", b"x"]))
         self.assertIsNone(link_change([struct.pack("=HI", zmq.EVENT_DISCONNECTED, 0)]))
+
+
+class HandshakesTests(SynchronousTestCase):
+    """What handshakes the broker broke off make of a client's connect."""
+
+    def broken_off(self, handshakes: Handshakes, times: int) -> list[LinkChange | Refusal | None]:
+        return [handshakes.heard(LinkChange.BROKEN_OFF) for _ in range(times)]
+
+    def test_curveConcludesEarly(self) -> None:
+        """
+        A CURVE client's handshakes broken off, none succeeding, are a
+        refusal once they are L{BROKEN_OFF_CONCLUSIVE}: its broker key is
+        probably wrong.
+        """
+        handshakes = Handshakes()
+        heard = self.broken_off(handshakes, BROKEN_OFF_CONCLUSIVE)
+        self.assertEqual(heard, [None] * (BROKEN_OFF_CONCLUSIVE - 1) + [Refusal(broken_off=2)])
+        keys = CurveKeys(server="K" * 40, public="P" * 40, secret="S" * 40)
+        error = refusal_error(Refusal(broken_off=2), "tcp://b:1", None, keys)
+        self.assertIsInstance(error, WrongServerKeyError)
+
+    def test_noCredentialsConcludesEarly(self) -> None:
+        """
+        A client without credentials whose handshakes the broker broke off
+        (its refusal of the mechanism lost to the reset) is refused the
+        same way: once, at L{BROKEN_OFF_CONCLUSIVE}, with an error that says
+        the broker probably requires credentials; at a timeout, one is
+        enough.
+        """
+        handshakes = Handshakes()
+        heard = self.broken_off(handshakes, BROKEN_OFF_CONCLUSIVE + 2)
+        refused = [change for change in heard if change is not None]
+        self.assertEqual(refused, [Refusal(broken_off=BROKEN_OFF_CONCLUSIVE)])
+        error = refusal_error(Refusal(broken_off=2), "tcp://b:1", None, None)
+        self.assertNotIsInstance(error, WrongServerKeyError)
+        self.assertEqual((error.mechanism, error.status), ("NULL", None))
+        self.assertIn("twice", str(error))
+        self.assertIn("requires PLAIN/CURVE authentication", str(error))
+        once = Handshakes()
+        once.heard(LinkChange.BROKEN_OFF)
+        self.assertEqual(once.refusal(), Refusal(broken_off=1))
+
+    def test_plainBrokenOff(self) -> None:
+        """
+        A PLAIN client's broken-off handshakes: the broker refused the
+        credentials (its ERROR lost to the reset) or takes another
+        mechanism; the error names the user.
+        """
+        error = refusal_error(Refusal(broken_off=1), "tcp://b:1", ("bob", "pw"), None)
+        self.assertIsInstance(error, AuthenticationRefusedError)
+        self.assertEqual(error.mechanism, "PLAIN")
+        self.assertIn("once", str(error))
+        self.assertIn("'bob'", str(error))
+
+    def test_succeededNeverRefused(self) -> None:
+        """Once a handshake succeeded, handshakes broken off later are no refusal."""
+        handshakes = Handshakes()
+        handshakes.heard(LinkChange.MADE)
+        self.assertEqual(self.broken_off(handshakes, 3), [None] * 3)
+        self.assertIsNone(handshakes.refusal())
+
+    def test_noneBrokenOff(self) -> None:
+        """A client whose handshakes the broker never broke off has no refusal to report."""
+        self.assertIsNone(Handshakes().refusal())
+
+
+class ResettingListener:
+    """A TCP listener on loopback that resets every connection it accepts."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"tcp://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.resets = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            # Linger 0: close() resets the connection, as a refusing
+            # broker's close with the client's bytes unread does.
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            connection.close()
+            self.resets += 1
+
+    def close(self) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._thread.join(5)
+
+
+class ResetHandshakeTests(SynchronousTestCase):
+    def test_resetHandshakesRefuse(self) -> None:
+        """
+        A client without credentials whose every connection is reset in
+        the handshake fails connect with L{AuthenticationRefusedError}
+        saying that the broker probably requires credentials, long before
+        its timeout, not with "no answer" at it.
+        """
+        listener = ResettingListener()
+        self.addCleanup(listener.close)
+        started = time.monotonic()
+        with self.assertRaises(AuthenticationRefusedError) as raised:
+            BlockingClient(listener.endpoint, "me", timeout=60.0)
+        self.assertLess(time.monotonic() - started, 30.0)  # a bound against the 60 s timeout
+        self.assertIn("requires PLAIN/CURVE authentication", str(raised.exception))
+        self.assertGreaterEqual(listener.resets, BROKEN_OFF_CONCLUSIVE)
 
 
 class WatchedDealerTests(SynchronousTestCase):
