@@ -16,18 +16,11 @@ import time
 import zmq
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.client import monitor
 from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.dealer import make_watched_dealer
 from malamute_pack.client.errors import AuthenticationRefusedError, WrongServerKeyError
-from malamute_pack.client.monitor import (
-    BROKEN_OFF_CONCLUSIVE,
-    Handshakes,
-    LinkChange,
-    Refusal,
-    link_change,
-    refusal_error,
-    unwatch,
-)
+from malamute_pack.client.monitor import LinkChange, link_change, unwatch
 from malamute_pack.client.options import CurveKeys
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 
@@ -49,42 +42,46 @@ class LinkChangeTests(SynchronousTestCase):
 class HandshakesTests(SynchronousTestCase):
     """What handshakes the broker broke off make of a client's connect."""
 
-    def broken_off(self, handshakes: Handshakes, times: int) -> list[LinkChange | Refusal | None]:
+    def broken_off(
+        self, handshakes: monitor.Handshakes, times: int
+    ) -> list[LinkChange | monitor.Refusal | None]:
         return [handshakes.heard(LinkChange.BROKEN_OFF) for _ in range(times)]
 
     def test_curveConcludesEarly(self) -> None:
         """
         A CURVE client's handshakes broken off, none succeeding, are a
-        refusal once they are L{BROKEN_OFF_CONCLUSIVE}: its broker key is
+        refusal once they are L{monitor.BROKEN_OFF_CONCLUSIVE}: its broker key is
         probably wrong.
         """
-        handshakes = Handshakes()
-        heard = self.broken_off(handshakes, BROKEN_OFF_CONCLUSIVE)
-        self.assertEqual(heard, [None] * (BROKEN_OFF_CONCLUSIVE - 1) + [Refusal(broken_off=2)])
+        handshakes = monitor.Handshakes()
+        heard = self.broken_off(handshakes, monitor.BROKEN_OFF_CONCLUSIVE)
+        self.assertEqual(
+            heard, [None] * (monitor.BROKEN_OFF_CONCLUSIVE - 1) + [monitor.Refusal(broken_off=2)]
+        )
         keys = CurveKeys(server="K" * 40, public="P" * 40, secret="S" * 40)
-        error = refusal_error(Refusal(broken_off=2), "tcp://b:1", None, keys)
+        error = monitor.refusal_error(monitor.Refusal(broken_off=2), "tcp://b:1", None, keys)
         self.assertIsInstance(error, WrongServerKeyError)
 
     def test_noCredentialsConcludesEarly(self) -> None:
         """
         A client without credentials whose handshakes the broker broke off
         (its refusal of the mechanism lost to the reset) is refused the
-        same way: once, at L{BROKEN_OFF_CONCLUSIVE}, with an error that says
+        same way: once, at L{monitor.BROKEN_OFF_CONCLUSIVE}, with an error that says
         the broker probably requires credentials; at a timeout, one is
         enough.
         """
-        handshakes = Handshakes()
-        heard = self.broken_off(handshakes, BROKEN_OFF_CONCLUSIVE + 2)
+        handshakes = monitor.Handshakes()
+        heard = self.broken_off(handshakes, monitor.BROKEN_OFF_CONCLUSIVE + 2)
         refused = [change for change in heard if change is not None]
-        self.assertEqual(refused, [Refusal(broken_off=BROKEN_OFF_CONCLUSIVE)])
-        error = refusal_error(Refusal(broken_off=2), "tcp://b:1", None, None)
+        self.assertEqual(refused, [monitor.Refusal(broken_off=monitor.BROKEN_OFF_CONCLUSIVE)])
+        error = monitor.refusal_error(monitor.Refusal(broken_off=2), "tcp://b:1", None, None)
         self.assertNotIsInstance(error, WrongServerKeyError)
         self.assertEqual((error.mechanism, error.status), ("NULL", None))
         self.assertIn("twice", str(error))
         self.assertIn("requires PLAIN/CURVE authentication", str(error))
-        once = Handshakes()
+        once = monitor.Handshakes()
         once.heard(LinkChange.BROKEN_OFF)
-        self.assertEqual(once.refusal(), Refusal(broken_off=1))
+        self.assertEqual(once.refusal(), monitor.Refusal(broken_off=1))
 
     def test_plainBrokenOff(self) -> None:
         """
@@ -92,7 +89,9 @@ class HandshakesTests(SynchronousTestCase):
         credentials (its ERROR lost to the reset) or takes another
         mechanism; the error names the user.
         """
-        error = refusal_error(Refusal(broken_off=1), "tcp://b:1", ("bob", "pw"), None)
+        error = monitor.refusal_error(
+            monitor.Refusal(broken_off=1), "tcp://b:1", ("bob", "pw"), None
+        )
         self.assertIsInstance(error, AuthenticationRefusedError)
         self.assertEqual(error.mechanism, "PLAIN")
         self.assertIn("once", str(error))
@@ -100,14 +99,14 @@ class HandshakesTests(SynchronousTestCase):
 
     def test_succeededNeverRefused(self) -> None:
         """Once a handshake succeeded, handshakes broken off later are no refusal."""
-        handshakes = Handshakes()
+        handshakes = monitor.Handshakes()
         handshakes.heard(LinkChange.MADE)
         self.assertEqual(self.broken_off(handshakes, 3), [None] * 3)
         self.assertIsNone(handshakes.refusal())
 
     def test_noneBrokenOff(self) -> None:
         """A client whose handshakes the broker never broke off has no refusal to report."""
-        self.assertIsNone(Handshakes().refusal())
+        self.assertIsNone(monitor.Handshakes().refusal())
 
 
 class ResettingListener:
@@ -153,7 +152,7 @@ class ResetHandshakeTests(SynchronousTestCase):
             BlockingClient(listener.endpoint, "me", timeout=60.0)
         self.assertLess(time.monotonic() - started, 30.0)  # a bound against the 60 s timeout
         self.assertIn("requires PLAIN/CURVE authentication", str(raised.exception))
-        self.assertGreaterEqual(listener.resets, BROKEN_OFF_CONCLUSIVE)
+        self.assertGreaterEqual(listener.resets, monitor.BROKEN_OFF_CONCLUSIVE)
 
 
 class WatchedDealerTests(SynchronousTestCase):
