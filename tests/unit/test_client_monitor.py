@@ -125,11 +125,11 @@ class ResettingListener:
                 connection, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            self.resets += 1  # before the reset: the client may count it at once
             # Linger 0: close() resets the connection, as a refusing
             # broker's close with the client's bytes unread does.
             connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             connection.close()
-            self.resets += 1
 
     def close(self) -> None:
         self._listener.shutdown(socket.SHUT_RDWR)
