@@ -53,15 +53,16 @@ class FullBatchTests(WriterCase):
     @inlineCallbacks
     def test_fullBatchWakes(self) -> Inline:
         """
-        Three turns of one record each fill a batch of three: it is written
-        at once, long before the commit interval ends, and a fourth record
-        waits for the next batch.
+        Turns of one record each gather while the batch is not full (two
+        records wait, unwritten); the third fills it, and it is written at
+        once, long before the commit interval ends.
         """
-        for seq in (1, 2, 3):
+        for seq in (1, 2):
             self.writer.submit([row(seq)])
             yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(self.batches, [])
+        self.writer.submit([row(3)])
         yield until(lambda: len(self.batches) == 1)
-        self.writer.submit([row(4)])
         [outcome] = self.batches
         self.assertEqual((outcome.records, outcome.stream_last), (3, {"s": 3}))
 
