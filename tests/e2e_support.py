@@ -23,6 +23,7 @@ from malamute_pack.tap import makeBrokerService
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, fresh_ipc_endpoint
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
+from tests.support import wait_for
 
 
 def ipc_endpoint() -> str:
@@ -156,8 +157,4 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
     @raise AssertionError: it does not within C{timeout} seconds.
     """
-    deadline = clock().seconds() + timeout
-    while not condition():
-        if clock().seconds() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await settle(0.02)
+    await wait_for(condition, timeout)

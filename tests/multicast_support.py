@@ -10,7 +10,6 @@ Tests: used by ``tests/unit/test_multicast_outbound.py``,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -29,6 +28,7 @@ from malamute_pack.settings import Settings
 from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
+from tests.support import wait_for
 
 the_reactor = cast(IReactorFDSet, reactor)
 clock = cast(IReactorTime, reactor)
@@ -36,15 +36,6 @@ clock = cast(IReactorTime, reactor)
 # A message the bridges' SUBs never take (it is not a bridge message): sent
 # until one arrives, it shows a SUB's subscription has reached the PUB.
 PROBE = b"probe"
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Let the reactor run until C{condition()} holds; fail after C{timeout} seconds."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await deferLater(clock, 0.005)
 
 
 async def settle(seconds: float = 0.05) -> None:

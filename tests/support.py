@@ -1,7 +1,8 @@
 """
 Helpers shared by the test modules: skipping slow system tests, locating
-the shared reference material, capturing log events, and small full disks
-(a tmpfs mounted for one test, and filling it).
+the shared reference material, capturing log events, waiting in the
+reactor for a condition, and small full disks (a tmpfs mounted for one
+test, and filling it).
 
 Slow system tests (real broker processes, kill -9 runs, tmpfs mounts) run in
 CI and are skipped locally with ``MALAMUTE_SKIP_SLOW=1``.
@@ -16,9 +17,14 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+from twisted.internet import reactor
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
 from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
@@ -30,6 +36,15 @@ skip_slow: str | None = (
     if os.environ.get("MALAMUTE_SKIP_SLOW")
     else None
 )
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the reactor run until C{condition()} holds; fail after C{timeout} seconds."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await deferLater(cast(IReactorTime, reactor), 0.005)
 
 
 def capture_log(case: SynchronousTestCase) -> list[LogEvent]:

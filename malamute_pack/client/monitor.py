@@ -214,6 +214,13 @@ class Handshakes:
         return None
 
 
+# What a client without credentials is told its broker wants.
+_OFFERS_NONE: Final = (
+    "requires PLAIN/CURVE authentication and this client offers none: give --user and "
+    "the password (MALAMUTE_PASSWORD), or CURVE keys"
+)
+
+
 def offered_mechanism(plain: tuple[str, str] | None, curve: CurveKeys | None) -> str:
     """The security mechanism a client with these credentials offers."""
     if plain is not None:
@@ -229,33 +236,29 @@ def refusal_error(
 ) -> AuthenticationRefusedError:
     """The error that tells the user what the broker at C{endpoint} refused, and what to fix."""
     mechanism = offered_mechanism(plain, curve)
-    times = {1: "once", 2: "twice"}.get(refusal.broken_off, f"{refusal.broken_off} times")
-    if refusal.broken_off and curve is None:
-        if plain is None:
-            why = (
-                "it probably requires PLAIN/CURVE authentication and this client offers "
-                "none: give --user and the password (MALAMUTE_PASSWORD), or CURVE keys"
+    if refusal.broken_off:
+        times = {1: "once", 2: "twice"}.get(refusal.broken_off, f"{refusal.broken_off} times")
+        broke_off = (
+            f"the broker at {endpoint} broke off the {mechanism} handshake ({times}, never "
+            "completing one)"
+        )
+        if curve is not None:
+            return WrongServerKeyError(
+                f"{broke_off}: the broker's public key given to this client (server key "
+                f"{curve.server}) is probably not the broker's; check it against the broker's "
+                "server.key",
+                endpoint,
+                curve.server,
+                refusal.broken_off,
             )
+        if plain is None:
+            why = f"it probably {_OFFERS_NONE}"
         else:
             why = (
                 f"it refused the credentials (PLAIN user {plain[0]!r}) or takes another "
                 "mechanism: check --user, the password and the endpoint"
             )
-        message = (
-            f"the broker at {endpoint} broke off the {mechanism} handshake ({times}, never "
-            f"completing one): {why}"
-        )
-        return AuthenticationRefusedError(message, endpoint, mechanism, None)
-    if refusal.broken_off and curve is not None:
-        return WrongServerKeyError(
-            f"the broker at {endpoint} broke off the CURVE handshake ({times}, never "
-            "completing one): the broker's public key given to this client (server key "
-            f"{curve.server}) is probably not the broker's; check it against the broker's "
-            "server.key",
-            endpoint,
-            curve.server,
-            refusal.broken_off,
-        )
+        return AuthenticationRefusedError(f"{broke_off}: {why}", endpoint, mechanism, None)
     if refusal.status is not None:
         if refusal.status != 400:
             why = f"could not check the credentials (ZAP status {refusal.status})"
@@ -273,10 +276,7 @@ def refusal_error(
         message = f"the broker at {endpoint} {why}"
     elif refusal.protocol_error == MECHANISM_MISMATCH:
         if mechanism == "NULL":
-            message = (
-                f"the broker at {endpoint} requires PLAIN/CURVE authentication and this client "
-                "offers none: give --user and the password (MALAMUTE_PASSWORD), or CURVE keys"
-            )
+            message = f"the broker at {endpoint} {_OFFERS_NONE}"
         else:
             message = (
                 f"the broker at {endpoint} does not take {mechanism} authentication (it "

@@ -32,8 +32,8 @@ from malamute_pack.tap import makeBrokerService
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
 from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import Batch, ZmqSocket
-from tests.support import skip_slow
-from tests.unit.test_client_reactor import failure_of, stored, wait_for
+from tests.support import skip_slow, wait_for
+from tests.unit.test_client_reactor import failure_of, stored
 
 _reactor = cast(IReactorFDSet, reactor)
 

@@ -20,8 +20,8 @@ from malamute_pack.multicast import proxy, sockets
 from malamute_pack.multicast.proxy import ProxySource
 from malamute_pack.multicast.publisher import PACK_BYTES, Publisher
 from malamute_pack.testing.brokerprocess import ANY_TCP_PORT, BrokerProcess, fresh_ipc_endpoint
-from tests.multicast_support import InProcessBroker, Wire, clock, settle, the_reactor, wait_for
-from tests.support import skip_slow
+from tests.multicast_support import InProcessBroker, Wire, clock, settle, the_reactor
+from tests.support import skip_slow, wait_for
 
 # The proxy notices a restarted source within a few heartbeats.
 OPTIONS = ClientOptions(timeout=1.0, heartbeat=0.1)

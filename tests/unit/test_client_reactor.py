@@ -9,7 +9,6 @@ credit without loss, DONE and redelivery, resuming after a broker restart.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -35,6 +34,7 @@ from malamute_pack.protocol import mlm
 from malamute_pack.settings import Settings
 from malamute_pack.tap import makeBrokerService
 from malamute_pack.transport.router import RouterService
+from tests.support import wait_for
 
 _reactor = cast(IReactorFDSet, reactor)
 _clock = cast(IReactorTime, reactor)
@@ -55,15 +55,6 @@ async def stored(d: Deferred[int] | None) -> int:
     """The id a version 2 send's Deferred fires with."""
     assert d is not None, "a version 2 client's sendto/sendfor return a Deferred"
     return await d
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Let the reactor run until C{condition()} holds; fail after C{timeout}."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await deferLater(_clock, 0.01)
 
 
 class ClientTestCase(TestCase):

@@ -7,19 +7,15 @@ operation (a barrier, a stop), never by the turns' submissions alone.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-from twisted.internet import reactor
-from twisted.internet.defer import Deferred, inlineCallbacks
-from twisted.internet.task import deferLater
+from twisted.internet.defer import Deferred
 
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.records import stream_row
 from malamute_pack.journal.writer import Barrier
 from malamute_pack.protocol.records import StreamRow
+from tests.e2e_support import settle
 from tests.journal_support import WriterCase
-from tests.unit.test_journal_journal import Inline
+from tests.support import wait_for
 
 # Far longer than any test waits: a batch written before it ends was woken.
 LONG_INTERVAL = 600.0
@@ -31,27 +27,12 @@ def row(seq: int) -> StreamRow:
     return stream_row("s", seq, 1.0, "w", "subject", [b"x"])
 
 
-def until(condition: Callable[[], bool]) -> Deferred[None]:
-    """Fires once C{condition} holds (the reactor running meanwhile); fails after L{BOUND}."""
-    deadline = time.monotonic() + BOUND
-
-    @inlineCallbacks
-    def poll() -> Inline:
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not within {BOUND} s")
-            yield deferLater(reactor, 0.01, lambda: None)
-
-    return poll()
-
-
 class FullBatchTests(WriterCase):
     """A batch that fills while the thread dozes."""
 
     config = JournalConfig(commit_interval_s=LONG_INTERVAL, commit_max_batch=3)
 
-    @inlineCallbacks
-    def test_fullBatchWakes(self) -> Inline:
+    async def test_fullBatchWakes(self) -> None:
         """
         Turns of one record each gather while the batch is not full (two
         records wait, unwritten); the third fills it, and it is written at
@@ -59,10 +40,10 @@ class FullBatchTests(WriterCase):
         """
         for seq in (1, 2):
             self.writer.submit([row(seq)])
-            yield deferLater(reactor, 0.05, lambda: None)
+            await settle(0.05)
         self.assertEqual(self.batches, [])
         self.writer.submit([row(3)])
-        yield until(lambda: len(self.batches) == 1)
+        await wait_for(lambda: len(self.batches) == 1, BOUND)
         [outcome] = self.batches
         self.assertEqual((outcome.records, outcome.stream_last), (3, {"s": 3}))
 
@@ -72,18 +53,17 @@ class ControlTests(WriterCase):
 
     config = JournalConfig(commit_interval_s=LONG_INTERVAL)
 
-    @inlineCallbacks
-    def test_barrierWakes(self) -> Inline:
+    async def test_barrierWakes(self) -> None:
         """
         A barrier submitted while a batch gathers ends the gathering: the
         records before it are written, in one batch, before it is done.
         """
         self.writer.submit([row(1)])
-        yield deferLater(reactor, 0.05, lambda: None)
+        await settle(0.05)
         self.writer.submit([row(2), row(3)])
         done: Deferred[None] = Deferred()
         self.writer.submit(Barrier(lambda: done.callback(None)))
-        yield done
+        await done
         [outcome] = self.batches
         self.assertEqual((outcome.records, outcome.stream_last), (3, {"s": 3}))
 
@@ -93,15 +73,14 @@ class IntervalTests(WriterCase):
 
     config = JournalConfig(commit_interval_s=2.0)
 
-    @inlineCallbacks
-    def test_turnsShareOneBatch(self) -> Inline:
+    async def test_turnsShareOneBatch(self) -> None:
         """
         Turns submitted while the thread dozes through its commit interval
         are written together, in one batch, once the interval ends.
         """
         for seq in range(1, 6):
             self.writer.submit([row(seq)])
-            yield deferLater(reactor, 0.01, lambda: None)
-        yield until(lambda: len(self.batches) >= 1)
+            await settle(0.01)
+        await wait_for(lambda: len(self.batches) >= 1, BOUND)
         [outcome] = self.batches
         self.assertEqual((outcome.records, outcome.stream_last), (5, {"s": 5}))

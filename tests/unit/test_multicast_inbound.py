@@ -41,7 +41,7 @@ from malamute_pack.transport.router import RouterService
 from malamute_pack.transport.zmqsocket import ZmqSocket
 from tests.broker_support import BrokerHarness
 from tests.memory_session import InMemorySession
-from tests.support import capture_log
+from tests.support import capture_log, wait_for
 
 _reactor = cast(IReactorFDSet, reactor)
 _clock = cast(IReactorTime, reactor)
@@ -705,15 +705,6 @@ class JournalTests(BridgeMixin, SynchronousTestCase):
 
 
 # Repairs over TCP
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Let the reactor run until C{condition()} holds; fail after C{timeout}."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await deferLater(_clock, 0.01)
 
 
 def zmq_sockets() -> set[object]:

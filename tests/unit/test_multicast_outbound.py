@@ -32,8 +32,8 @@ from malamute_pack.multicast.sessions import OutboundSession
 from malamute_pack.protocol import mlm, multicast
 from malamute_pack.protocol.multicast import Header
 from tests.memory_session import InMemorySession
-from tests.multicast_support import Wire, clock, settle, wait_for
-from tests.support import capture_log
+from tests.multicast_support import Wire, clock, settle
+from tests.support import capture_log, wait_for
 
 
 class Sent:

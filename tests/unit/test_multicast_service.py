@@ -24,7 +24,8 @@ from malamute_pack.multicast.service import BridgeService
 from malamute_pack.multicast.tap import makeBridgeService
 from malamute_pack.protocol import mlm
 from malamute_pack.testing.brokerprocess import fresh_ipc_endpoint
-from tests.multicast_support import InProcessBroker, settle, the_reactor, wait_for
+from tests.multicast_support import InProcessBroker, settle, the_reactor
+from tests.support import wait_for
 
 ANY = "tcp://127.0.0.1:*"
 
