@@ -148,6 +148,8 @@ class Broker:
             config.limits.max_address,
             config.limits.group_lease,
             config.limits.group_unacked_bytes,
+            config.limits.consumers_per_user,
+            config.limits.consumers_per_connection,
         )
         self.post = PostOffice(
             clock,

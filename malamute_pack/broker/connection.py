@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 
 _log = Logger()
 
+# What a connection's consuming entry holds, beside a reader's name (names
+# never hold a NUL: L{malamute_pack.broker.limits.check_name}):
+TAKEN_OVER = ""  # another connection took its consumer over
+MEMBER = "\x00group"  # a member of a group homed here
+REMOTE_MEMBER = "\x00remote"  # a member of a group homed on another broker of a pack
+_MEMBERSHIPS = (MEMBER, REMOTE_MEMBER)
+
 
 @dataclass(eq=False, slots=True)
 class Connection:
@@ -62,8 +69,11 @@ class Connection:
         history reach it live; a reader from the latest never gets them.
     @ivar ranges: its range reads under way (STREAM_READ_RANGE), by stream.
     @ivar consuming: stream name to the consumer it reads that stream as
-        (STREAM_CONSUME; "" once another connection took it over); None
+        (STREAM_CONSUME; L{TAKEN_OVER} once another connection took it
+        over, L{MEMBER} or L{REMOTE_MEMBER} for a group's member); None
         until it consumes (L{malamute_pack.broker.consumers}).
+    @ivar new_consumers: consumer and group names it made (its limit is
+        C{consumers_per_connection}).
     """
 
     session: Session
@@ -86,6 +96,7 @@ class Connection:
     _history: set[str] | None = field(default=None, init=False, repr=False)
     _ranges: dict[str, RangeRead] | None = field(default=None, init=False, repr=False)
     consuming: dict[str, str] | None = None
+    new_consumers: int = 0
     # When it opened (clock seconds; the management API shows its age).
     opened: float = 0.0
 
@@ -145,9 +156,13 @@ class Connection:
             self.credit -= 1
 
     def subscriptions(self) -> int:
+        """Its stream patterns, service offers and group memberships."""
         offers = self._offers
-        return sum(map(len, self.reading.values())) + (
-            sum(map(len, offers.values())) if offers else 0
+        consuming = self.consuming
+        return (
+            sum(map(len, self.reading.values()))
+            + (sum(map(len, offers.values())) if offers else 0)
+            + (sum(1 for c in consuming.values() if c in _MEMBERSHIPS) if consuming else 0)
         )
 
     def release(self, tracker: str) -> Letter | None:

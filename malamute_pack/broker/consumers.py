@@ -11,22 +11,26 @@ consumer at a time; a later one takes it over. Reading itself is the
 streams' (L{Streams.read_from}): a consumer reads from the record after its
 position and then live, as any reader from a sequence number does.
 
-Positions unused for C{ttl} seconds are forgotten, and at most C{limit} are
-kept: the least recently used goes first.
+Positions unused for C{ttl} seconds are forgotten (and logged); nothing
+else forgets one. New names are refused past three bounds: C{limit} in all,
+C{per_user} for each user (the anonymous clients count as one user), and
+C{per_connection} made by one connection in its life. A name belongs to the
+user who made it, and a flood of names from one client or user can neither
+push another's position out nor take its name over.
 
 Tests: ``tests/unit/test_broker_consumers.py``, ``tests/system/test_consumers.py``.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from malamute_pack.broker.connection import Connection
+from malamute_pack.broker.connection import MEMBER, REMOTE_MEMBER, TAKEN_OVER, Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.groups import Groups, check_join, check_owner, committed_answer
 from malamute_pack.broker.limits import check_name
@@ -41,13 +45,6 @@ _log = Logger()
 # A consumer's key: (stream, kind, name).
 Key = tuple[str, str, str]
 
-# What a connection's consuming entry holds once another took the consumer over.
-TAKEN_OVER = ""
-# What it holds for a member of a group (no reader's name has a NUL).
-MEMBER = "\x00group"
-# What it holds for a member of a group whose home is another broker of a pack.
-REMOTE_MEMBER = "\x00remote"
-
 
 @dataclass(frozen=True, slots=True)
 class ConsumerView:
@@ -60,6 +57,7 @@ class ConsumerView:
     last: int
     updated: float
     holder: str | None  # the connection reading as it (its repr), None when none
+    members: tuple[str, ...] = ()  # a group's members (their names), in the order they joined
 
     @property
     def lag(self) -> int:
@@ -73,7 +71,8 @@ class Consumers:
 
     @ivar commits: commits received.
     @ivar takeovers: consumers taken over by another connection.
-    @ivar forgotten: positions forgotten (unused for C{ttl}, or past C{limit}).
+    @ivar forgotten: positions forgotten (unused for C{ttl}).
+    @ivar refused_names: new names refused past a limit.
     """
 
     def __init__(
@@ -87,29 +86,70 @@ class Consumers:
         max_name: int = 255,
         group_lease: float = 30.0,
         max_unacked_bytes: int = 16 * 1024 * 1024,
+        per_user: int = 1_000,
+        per_connection: int = 100,
     ) -> None:
         self._clock = clock
         self._store = store
         self._streams = streams
         self._limit = limit
+        self._per_user = per_user
+        self._per_connection = per_connection
         self._ttl = ttl
         self._max_name = max_name
         # Least recently used first.
         self._positions: OrderedDict[Key, ConsumerPosition] = OrderedDict()
         self._holders: dict[Key, Connection] = {}
+        # Names remembered per owner ("" for the anonymous clients).
+        self._owned: Counter[str] = Counter()
         self.groups = Groups(
             clock, store, streams, stalled, self._save_position, group_lease, max_unacked_bytes
         )
         self.commits = 0
         self.takeovers = 0
         self.forgotten = 0
+        self.refused_names = 0
 
     def __len__(self) -> int:
         return len(self._positions)
 
     def restore(self, positions: Iterable[ConsumerPosition]) -> None:
-        """Take the positions a journal kept (least recently used first), replacing any."""
+        """
+        Take the positions a journal kept (least recently used first),
+        replacing any: all of them, even past the limits (which bound new names).
+        """
         self._positions = OrderedDict(((p.stream, p.kind, p.name), p) for p in positions)
+        self._owned = Counter(p.owner for p in self._positions.values())
+
+    def _admit(self, connection: Connection, key: Key, user: str) -> None:
+        """
+        Refuse C{connection} (of C{user}) a new name C{key} past the limits:
+        the connection's, the user's, then the broker's. Nothing is ever
+        forgotten to make room.
+        """
+        stream, kind, name = key
+        what = f"{'group' if kind == GROUP else 'consumer'} {name!r} of stream {stream!r}"
+        if connection.new_consumers >= self._per_connection:
+            reason = (
+                f"too many consumers: this connection made {connection.new_consumers}"
+                f" (malamute/limits/consumers-per-connection); {what} is not made"
+            )
+        elif self._owned[user] >= self._per_user:
+            who = f"user {user!r}" if user else "the anonymous clients"
+            reason = (
+                f"too many consumers: {who} have {self._owned[user]}"
+                f" (malamute/limits/consumers-per-user); {what} is not made"
+            )
+        elif len(self._positions) >= self._limit:
+            reason = (
+                f"too many consumers: the broker remembers {len(self._positions)}"
+                f" (malamute/limits/consumers); {what} is not made"
+            )
+        else:
+            return
+        self.refused_names += 1
+        _log.info("{connection}: {reason}", connection=connection, reason=reason)
+        raise Refused(reason)
 
     def position(self, stream: str, name: str) -> ConsumerPosition | None:
         """The position of reader C{name} on C{stream}, if it is remembered."""
@@ -149,7 +189,14 @@ class Consumers:
                     connection.consuming[stream] = REMOTE_MEMBER
                     return
             key = (stream, GROUP, message.group)
-            self.groups.join(connection, message, self._positions.get(key), user)
+            known = self._positions.get(key)
+            new = known is None and (stream, message.group) not in self.groups.groups
+            if new:
+                check_join(message)  # a bad join is refused for what it is, first
+                self._admit(connection, key, user)
+            self.groups.join(connection, message, known, user)
+            if new:
+                connection.new_consumers += 1
             if connection.consuming is None:
                 connection.consuming = {}
             connection.consuming[stream] = MEMBER
@@ -161,6 +208,8 @@ class Consumers:
         key = (stream, READER, name)
         known = self._positions.get(key)
         check_owner(known, user, f"consumer {name!r} of stream {stream!r}")
+        if known is None:
+            self._admit(connection, key, user)
         owner = known.owner if known is not None else user
         if whence == mlm.RESUME:
             if known is None:
@@ -175,6 +224,8 @@ class Consumers:
         else:
             self._streams.read_from(connection, stream, message.pattern, whence, message.position)
             self._reset(key, whence, message.position, store, owner)
+        if known is None:
+            connection.new_consumers += 1
         self._hold(connection, key)
 
     def _reset(self, key: Key, whence: int, position: int, store: Store, owner: str) -> None:
@@ -274,12 +325,12 @@ class Consumers:
     ) -> None:
         key = (position.stream, position.kind, position.name)
         positions = self._positions
+        if key not in positions:
+            self._owned[position.owner] += 1
         positions[key] = position
         positions.move_to_end(key)
         assert self._store is not None
         self._store.save_consumer(position, on_durable)
-        while len(positions) > self._limit:
-            self._forget(next(iter(positions)))
 
     # Connections going
 
@@ -324,6 +375,16 @@ class Consumers:
             if positions[key].updated >= limit:
                 break  # least recently used first: the rest are younger
             if not self._in_use(key):
+                _, kind, name = key
+                _log.info(
+                    "{kind} {name!r} of stream {stream!r} forgotten: unused for {ttl:g}s"
+                    " (malamute/limits/consumer-ttl), its position was {seq}",
+                    kind="group" if kind == GROUP else "consumer",
+                    name=name,
+                    stream=key[0],
+                    ttl=self._ttl,
+                    seq=positions[key].seq,
+                )
                 self._forget(key)
 
     def _in_use(self, key: Key) -> bool:
@@ -336,19 +397,21 @@ class Consumers:
     def _forget(self, key: Key) -> None:
         position = self._positions.pop(key)
         self._holders.pop(key, None)
+        owned = self._owned
+        owned[position.owner] -= 1
+        if owned[position.owner] <= 0:
+            del owned[position.owner]
         self.forgotten += 1
         if self._store is not None:
             self._store.forget_consumer(position)
 
     def pump(self, connection: Connection) -> None:
         """C{connection} may take more (credit, unstalled): its groups send it what waits."""
-        consuming = connection.consuming
-        if not consuming:
+        if not connection.consuming:
             return
-        names = consuming.values()
-        if MEMBER in names:
-            self.groups.pump_connection(connection)
-        if REMOTE_MEMBER in names and self.groups.remote is not None:
+        # Each pumps only the memberships with records waiting for it.
+        self.groups.pump_connection(connection)
+        if self.groups.remote is not None:
             self.groups.remote.pump(connection)
 
     def undelivered(self, connection: Connection, record: StreamRecord) -> bool:
@@ -366,8 +429,16 @@ class Consumers:
     def views(self) -> list[ConsumerView]:
         """Every consumer remembered, by stream and name."""
         views = []
+        groups = self.groups.groups
         for key, p in sorted(self._positions.items()):
             holder = self._holders.get(key)
+            holding = repr(holder) if holder is not None else None
+            members: tuple[str, ...] = ()
+            if p.kind == GROUP:
+                group = groups.get((p.stream, p.name))
+                if group is not None and group.members:
+                    members = tuple(group.members)
+                    holding = ", ".join(repr(m.connection) for m in group.members.values())
             last = self._streams.last_seq(p.stream)
             views.append(
                 ConsumerView(
@@ -377,7 +448,8 @@ class Consumers:
                     p.seq,
                     last,
                     p.updated,
-                    repr(holder) if holder is not None else None,
+                    holding,
+                    members,
                 )
             )
         return views

@@ -10,12 +10,18 @@ whatever it cannot take now (its members' queues are full) it reads again
 later from the journal, as any reader that falls behind. It hands each
 record to a member: the member already holding records of that subject
 (so a subject's records are never handled by two members at once), else
-the member the subject's rendezvous hash picks. A member gets what it was
-assigned while it has credit; it acknowledges with STREAM_COMMIT (every
-record it was sent up to a sequence number). A member that leaves (closes,
-cancels, expires) or keeps a record unacknowledged past the lease gives
-its records, sent or not, back to the group, which assigns them again in
-sequence order before any later record of their subjects.
+the member the subject's rendezvous hash picks. A member that joins takes
+over, from the others, the records waiting to be sent of the subjects it
+wins that nobody is handling (none sent and unacknowledged), and the
+others as soon as their member has acknowledged what it was sent of them:
+a backlog is shared with new members. A member gets what it was assigned
+while it has credit; it acknowledges with STREAM_COMMIT (every record it
+was sent up to a sequence number; a sequence number it was never sent,
+above the group's position, is refused). A member that leaves (closes,
+cancels, expires) or keeps records assigned to it, sent or not, without
+acknowledging any for the lease gives its records back to the group, which
+assigns them again in sequence order before any later record of their
+subjects: a member that stops granting credit cannot stall its group.
 
 The group's durable position is the sequence number below which every
 record was acknowledged (or was not the group's) and the records
@@ -155,11 +161,13 @@ class Member:
 
     name: str
     connection: Connection
+    stream: str
     pending: deque[Held] = field(default_factory=deque)
     pending_bytes: int = 0
     unacked: dict[int, Held] = field(default_factory=dict)
     unacked_bytes: int = 0
-    # When its oldest unacknowledged record was sent (None: it holds none).
+    # Since when it holds records (assigned, sent or not) without having
+    # acknowledged any: its lease counts from there (None: it holds none).
     holding_since: float | None = None
 
     def holds(self) -> int:
@@ -183,6 +191,13 @@ class Group:
         self.holders: dict[str, list[Any]] = {}  # [Member, int]
         self.assigned = BitMap64()  # records assigned and not acknowledged
         self.acked = BitMap64()  # records acknowledged past the position
+        # Per member name, the records it acknowledged past the position (a
+        # commit of one again is answered as done; of any other, refused).
+        self.acked_by: dict[str, BitMap64] = {}
+        # Subjects waiting at a member that is not the one their hash picks
+        # (they were being handled when a member joined): they move once
+        # their member has acknowledged what it was sent of them.
+        self.unsettled: set[str] = set()
         self.seen = 0  # the last record the group took
         self.reader = Connection(GroupSession(self), "", 0.0, internal=True)
         self.reading = False
@@ -227,6 +242,11 @@ class Group:
         acked = self.acked
         if acked and acked.min() <= floor:
             acked.remove_range(0, floor + 1)
+            by = self.acked_by
+            for name, mine in list(by.items()):
+                mine.remove_range(0, floor + 1)
+                if not mine:
+                    del by[name]
         data = acked.serialize() if acked else b""
         taken = self.taken
         if taken:
@@ -281,8 +301,7 @@ class Group:
         return max(members.values(), key=lambda m: _weight(m.name, subject))
 
     def _assign(self, member: Member, record: StreamRecord, size: int) -> None:
-        member.pending.append((record, size))
-        member.pending_bytes += size
+        self._groups.waiting(member, (record, size))
         self.assigned.add(record.seq)
         holder = self.holders.get(record.subject)
         if holder is None:
@@ -307,6 +326,7 @@ class Group:
         member.pending.clear()
         member.unacked_bytes = member.pending_bytes = 0
         member.holding_since = None
+        self._groups.not_waiting(member)
         for record, _ in held:
             self._release(record)
         if not self.members:
@@ -318,6 +338,60 @@ class Group:
             self._assign(target, record, size)
         for other in list(self.members.values()):
             self._groups.pump(other)
+
+    def rebalance(self, member: Member, subjects: set[str] | None = None) -> list[Member]:
+        """
+        Move what waits at C{member} to be sent (of C{subjects}, or of every
+        subject) to the member its subject's hash picks now, where C{member}
+        is handling none of that subject (none sent and unacknowledged): a
+        subject changes hands only between its records. Subjects still
+        being handled stay, noted as unsettled. The members given records.
+        """
+        pending = member.pending
+        if not pending:
+            return []
+        in_flight = {record.subject for record, _ in member.unacked.values()}
+        unsettled = self.unsettled
+        targets: dict[str, Member] = {}
+        stay: deque[Held] = deque()
+        moved: list[tuple[Member, Held]] = []
+        for held in pending:
+            subject = held[0].subject
+            if subjects is not None and subject not in subjects:
+                stay.append(held)
+                continue
+            target = targets.get(subject)
+            if target is None:
+                target = targets[subject] = self._choose(subject) or member
+            if target is member:
+                unsettled.discard(subject)
+                stay.append(held)
+            elif subject in in_flight:
+                unsettled.add(subject)
+                stay.append(held)
+            else:
+                unsettled.discard(subject)
+                moved.append((target, held))
+        if not moved:
+            return []
+        member.pending = stay
+        member.pending_bytes = sum(size for _, size in stay)
+        if not member.holds():
+            member.holding_since = None
+        given: list[Member] = []
+        for target, held in moved:
+            self.holders[held[0].subject][0] = target
+            self._groups.waiting(target, held)
+            if target not in given:
+                given.append(target)
+        return given
+
+    def acknowledged_by(self, member: Member, seq: int) -> bool:
+        """Whether C{seq} is acknowledged for C{member} (by it, or below the position)."""
+        if seq <= self.floor:
+            return True
+        mine = self.acked_by.get(member.name)
+        return mine is not None and seq in mine
 
     def acknowledge(self, member: Member, upto: int) -> None:
         """
@@ -343,10 +417,13 @@ class Group:
         acked = BitMap64(done)
         self.assigned -= acked
         self.acked |= acked
-        if not unacked:
-            member.holding_since = None
-        elif done:
-            member.holding_since = self._groups.now()
+        mine = self.acked_by.get(member.name)
+        if mine is None:
+            self.acked_by[member.name] = acked
+        else:
+            mine |= acked
+        # It acknowledged: its lease starts again (or it holds nothing now).
+        member.holding_since = self._groups.now() if member.holds() else None
 
 
 class GroupSession(PartySession):
@@ -391,10 +468,41 @@ class Groups:
         self.remote: RemoteGroups | None = None
         # A connection's membership per stream.
         self._members: dict[tuple[Connection, str], tuple[Group, Member]] = {}
+        # Per connection, its members with records waiting to be sent: what
+        # its credit pumps (not every membership it has).
+        self._waiting: dict[Connection, set[Member]] = {}
         self.expired = 0
 
     def now(self) -> float:
         return self._clock.seconds()
+
+    def waiting(self, member: Member, held: Held, first: bool = False) -> None:
+        """C{held} waits to be sent to C{member} (at the end, or C{first} in line)."""
+        if first:
+            member.pending.appendleft(held)
+        else:
+            member.pending.append(held)
+        member.pending_bytes += held[1]
+        if member.holding_since is None:
+            member.holding_since = self.now()  # its lease counts from the assignment
+        connection = member.connection
+        waiting = self._waiting.get(connection)
+        if waiting is None:
+            self._waiting[connection] = {member}
+        else:
+            waiting.add(member)
+
+    def waiting_members(self) -> int:
+        """Memberships with records waiting for their connection's credit (all connections)."""
+        return sum(map(len, self._waiting.values()))
+
+    def not_waiting(self, member: Member) -> None:
+        """Nothing waits to be sent to C{member} any more."""
+        waiting = self._waiting.get(member.connection)
+        if waiting is not None:
+            waiting.discard(member)
+            if not waiting:
+                del self._waiting[member.connection]
 
     def joined(self, connection: Connection, stream: str) -> bool:
         return (connection, stream) in self._members
@@ -443,9 +551,16 @@ class Groups:
         if previous is not None:
             self._leave(previous.connection, stream)
             self._ended(previous.connection, stream, "another connection joined as this member")
-        member = Member(message.consumer, connection)
+            # Its only member gone, the group was let go: it is this one still.
+            self.groups[(stream, name)] = group
+        member = Member(message.consumer, connection, stream)
         group.members[member.name] = member
         self._members[(connection, stream)] = (group, member)
+        # A backlog waiting at the others is shared: the subjects it wins go
+        # to it (sent once it is answered: the state table pumps after OK).
+        for other in list(group.members.values()):
+            if other is not member:
+                group.rebalance(other)
         if not group.reading:
             group.reading = True
             reader = group.reader
@@ -493,6 +608,7 @@ class Groups:
             group.seen = group.floor
             group.assigned = BitMap64()
             group.holders.clear()
+            group.unsettled.clear()
             self._streams.cancel(group.reader, stream)
             # Its position is kept (the consumers'); the group is made again on a join.
             del self.groups[(stream, group.name)]
@@ -504,11 +620,28 @@ class Groups:
             self._leave(connection, stream)
 
     def commit(self, connection: Connection, message: mlm.StreamCommit) -> None:
-        """A member acknowledges record C{message.sequence} and those it was sent before it."""
+        """
+        A member acknowledges record C{message.sequence} and those it was
+        sent before it. A record it was never sent (above the group's
+        position, and not acknowledged by it before) is refused: 300.
+        """
         stream, upto = message.stream, message.sequence
         group, member = self._members[(connection, stream)]
-        group.acknowledge(member, upto)
+        if upto in member.unacked:
+            group.acknowledge(member, upto)
+        elif not group.acknowledged_by(member, upto):
+            connection.session.committed(
+                stream,
+                upto,
+                mlm.FAILED,
+                f"record {upto} of stream {stream!r} was not delivered to member"
+                f" {member.name!r} of group {group.name!r} (or it was given back)",
+            )
+            return
         self.save(group, committed_answer(connection, stream, upto))
+        if group.unsettled and member.pending:
+            for target in group.rebalance(member, set(group.unsettled)):
+                self.pump(target)
         self.pump(member)
         self._resume(group)
 
@@ -526,7 +659,6 @@ class Groups:
         unacked = member.unacked
         deliver = connection.session.deliver_stream
         limit = self._max_unacked_bytes
-        sent = 0
         while pending and connection.can_take() and member.unacked_bytes <= limit:
             held = pending[0]
             record, size = held
@@ -538,18 +670,25 @@ class Groups:
             member.pending_bytes -= size
             unacked[record.seq] = held
             member.unacked_bytes += size
-            sent += 1
-        if sent and member.holding_since is None:
-            member.holding_since = self.now()
+        if not pending:
+            self.not_waiting(member)
 
     def pump_connection(self, connection: Connection) -> None:
-        """C{connection} may take more (credit, unstalled): pump its memberships."""
-        for stream in list(connection.consuming or ()):
-            found = self._members.get((connection, stream))
-            if found is not None:
-                group, member = found
-                self.pump(member)
-                self._resume(group)
+        """
+        C{connection} may take more (credit, unstalled): pump its
+        memberships that have records waiting (only those: a connection in
+        many groups pays per membership that changed, not per membership).
+        """
+        waiting = self._waiting.get(connection)
+        if not waiting:
+            return
+        for member in list(waiting):
+            found = self._members.get((connection, member.stream))
+            if found is None or found[1] is not member:
+                self.not_waiting(member)
+                continue
+            self.pump(member)
+            self._resume(found[0])
 
     def undelivered(self, connection: Connection, record: StreamRecord) -> bool:
         """
@@ -562,8 +701,7 @@ class Groups:
         member = found[1]
         held = member.unacked.pop(record.seq)
         member.unacked_bytes -= held[1]
-        member.pending.appendleft(held)
-        member.pending_bytes += held[1]
+        self.waiting(member, held, first=True)
         if connection.credit is not None:
             connection.credit += 1
         self._stalled.add(connection)

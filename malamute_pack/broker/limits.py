@@ -47,8 +47,16 @@ class Limits:
         and TCP backpressure).
     @ivar append_keys: keys of idempotent appends (STREAM_APPEND) the
         broker remembers, in all streams; the oldest are forgotten first.
-    @ivar consumers: consumer positions (durable named readers) the broker
-        remembers, in all streams; the least recently used are forgotten first.
+    @ivar consumers: consumer positions (durable named readers and groups)
+        the broker remembers, in all streams; past it a new name is refused
+        (a position is forgotten only when unused for C{consumer_ttl}, never
+        to make room for another).
+    @ivar consumers_per_user: consumer and group names one user (or the
+        anonymous clients, together) may have remembered at once; past it
+        that user's new names are refused, never another user's evicted.
+    @ivar consumers_per_connection: new consumer and group names one
+        connection may make in its life (a flood of names from one client
+        is refused before it fills its user's share).
     @ivar consumer_ttl: seconds after which the position of a consumer
         nobody used (consumed or committed) is forgotten.
     @ivar group_lease: seconds a member of a consumer group may hold a
@@ -76,6 +84,8 @@ class Limits:
     append_keys: int = 100_000
     last_value_subjects: int = 1_000_000
     consumers: int = 10_000
+    consumers_per_user: int = 1_000
+    consumers_per_connection: int = 100
     consumer_ttl: int = 7 * 24 * 3600
     group_lease: int = 30
     group_unacked_bytes: int = 16 * 1024 * 1024
@@ -103,8 +113,14 @@ def longer_than(text: str, limit: int) -> bool:
 
 
 def check_name(what: str, name: str, limit: int, allow_empty: bool = False) -> None:
-    """Refuse an empty name (unless allowed) or one longer than C{limit} bytes."""
+    """
+    Refuse an empty name (unless allowed), one longer than C{limit} bytes,
+    or one with a NUL (the broker joins names with NUL in its own keys and
+    marks, so a name holding one could pass for another).
+    """
     if not name and not allow_empty:
         raise Refused(f"invalid {what}: it is empty")
     if longer_than(name, limit):
         raise Refused(f"invalid {what}: longer than {limit} bytes")
+    if "\x00" in name:
+        raise Refused(f"invalid {what}: it contains a NUL character")

@@ -76,13 +76,26 @@ SERVICES: Final = (
     Column("workers", "WORKERS", right=True),
     Column("offers", "OFFERS"),
 )
+
+
+def _names(value: Any) -> str:
+    """A group's members: the first three names, then how many more."""
+    names = list(value or ())
+    if not names:
+        return "-"
+    shown = ",".join(map(str, names[:3]))
+    return shown if len(names) <= 3 else f"{shown} +{len(names) - 3}"
+
+
 CONSUMERS: Final = (
     Column("stream", "STREAM"),
     Column("name", "CONSUMER"),
+    Column("kind", "KIND"),
     Column("position", "POSITION", right=True),
     Column("lag", "LAG", right=True),
     Column("idle_s", "IDLE", duration, right=True),
     Column("connected", "CONNECTED"),
+    Column("members", "MEMBERS", _names),
 )
 MEMBERS: Final = (
     Column("name", "MEMBER"),

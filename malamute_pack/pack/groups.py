@@ -198,6 +198,8 @@ class PackGroups:
         # This broker's clients in groups homed on peers.
         self._memberships: dict[tuple[Connection, str], Membership] = {}
         self._by_key: dict[Key, Membership] = {}
+        # Per client, its memberships with records waiting for its credit.
+        self._waiting: dict[Connection, set[Membership]] = {}
         # The peers' clients in groups homed here, by (peer, stream, group, member).
         self._hosted: dict[Key, RemoteMember] = {}
         # Per group, what was acknowledged in origin terms (this broker under its id).
@@ -310,11 +312,28 @@ class PackGroups:
             del self._by_key[membership.key]
         membership.waiting.clear()
         membership.waiting_bytes = 0
+        self._not_waiting(membership)
+
+    def _waits(self, membership: Membership) -> None:
+        """Records wait at C{membership} for its client's credit."""
+        waiting = self._waiting.get(membership.connection)
+        if waiting is None:
+            self._waiting[membership.connection] = {membership}
+        else:
+            waiting.add(membership)
+
+    def _not_waiting(self, membership: Membership) -> None:
+        waiting = self._waiting.get(membership.connection)
+        if waiting is not None:
+            waiting.discard(membership)
+            if not waiting:
+                del self._waiting[membership.connection]
 
     def pump(self, connection: Connection) -> None:
-        for stream in list(connection.consuming or ()):
-            membership = self._memberships.get((connection, stream))
-            if membership is not None:
+        """Its memberships with records waiting (only those) give them while it can take."""
+        waiting = self._waiting.get(connection)
+        if waiting:
+            for membership in list(waiting):
                 self._pump(membership)
 
     def _pump(self, membership: Membership) -> None:
@@ -330,6 +349,8 @@ class PackGroups:
             membership.waiting_bytes -= sum(map(len, record.content))
             connection.took()
             membership.taken += 1
+        if not waiting:
+            self._not_waiting(membership)
         if membership.taken >= _REGRANT:
             home = self._peers.get(membership.home)
             if home is not None:
@@ -345,6 +366,7 @@ class PackGroups:
             return False
         membership.waiting.appendleft(record)
         membership.waiting_bytes += sum(map(len, record.content))
+        self._waits(membership)
         membership.taken -= 1
         if connection.credit is not None:
             connection.credit += 1
@@ -613,6 +635,7 @@ class PackGroups:
                 message.content,
             )
         )
+        self._waits(membership)
         self._pump(membership)
 
     def _committed(self, peer: PeerBroker, message: packlink.LinkMessage) -> None:
@@ -659,6 +682,7 @@ class PackGroups:
         for membership in [m for m in self._memberships.values() if m.home == peer.origin]:
             membership.waiting.clear()  # the home assigns them again
             membership.waiting_bytes = 0
+            self._not_waiting(membership)
             membership.taken = 0
             self._send_join(
                 peer, membership, mlm.RESUME, 0, membership.connection.session.user or ""

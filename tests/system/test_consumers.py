@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -100,9 +100,14 @@ class ConsumerGroupTests(SynchronousTestCase):
         for member in members:
             self.addCleanup(member.stop)
         deadline = time.monotonic() + 30
-        while "g" not in malamute("-e", broker.endpoint, "consumers").stdout.decode():
-            self.assertLess(time.monotonic(), deadline, "the members did not join")
+        # `malamute consumers` shows the group connected, with its members.
+        listed: list[dict[str, Any]] = []
+        while not (listed and sorted(listed[0]["members"]) == ["m0", "m1", "m2"]):
+            self.assertLess(time.monotonic(), deadline, f"the members did not join: {listed}")
             time.sleep(0.2)
+            done = malamute("-e", broker.endpoint, "consumers", "--json")
+            listed = [c for c in json.loads(done.stdout) if c["name"] == "g"]
+        self.assertEqual((listed[0]["kind"], listed[0]["connected"]), ("group", True))
         bulk = BulkClient(broker.endpoint)
         self.addCleanup(bulk.close)
         for start in range(0, 10_000, 500):

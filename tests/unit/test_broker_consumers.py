@@ -224,20 +224,26 @@ class NoJournalTests(SynchronousTestCase):
 class ForgettingTests(ConsumerTestCase):
     limits = Limits(consumers=2, consumer_ttl=100)
 
-    def test_leastRecentlyUsedForgottenPastTheLimit(self) -> None:
-        """With room for two, a third consumer makes the least recently used one forgotten."""
-        for name in ("a", "b", "c"):
+    def test_newNamePastTheLimitRefused(self) -> None:
+        """
+        With room for two, a third consumer is refused (300, naming the
+        limit) and neither of the two is forgotten, across a restart too.
+        """
+        for name in ("a", "b"):
             self.consume(C1, name=name)
             self.h.send(C1, mlm.StreamCancel("s"))
             self.h.take(C1)
             self.h.clock.advance(1)
+        got = self.h.command(C1, mlm.StreamConsume("s", "", "c", ""))
+        assert isinstance(got[0], mlm.Error)
+        self.assertEqual(got[0].status_code, 300)
+        self.assertIn("malamute/limits/consumers", got[0].status_reason)
         consumers = self.h.broker.consumers
-        self.assertEqual(
-            (consumers.position("s", "a"), len(consumers), consumers.forgotten), (None, 2, 1)
-        )
+        self.assertEqual((len(consumers), consumers.forgotten, consumers.refused_names), (2, 0, 1))
+        self.h.settle()
         self.restart()
-        self.assertIsNone(self.h.broker.consumers.position("s", "a"))
-        self.assertEqual(len(self.h.broker.consumers), 2)
+        self.assertIsNotNone(self.h.broker.consumers.position("s", "a"))
+        self.assertIsNone(self.h.broker.consumers.position("s", "c"))
 
     def test_unusedForgottenAfterTtl(self) -> None:
         """A consumer nobody holds, unused for longer than the TTL, is forgotten."""
@@ -318,3 +324,114 @@ class OwnershipTests(ConsumerTestCase):
         consume = mlm.StreamConsume("s", "", "c1", "")
         self.assertEqual(self.answer(None, consume), Said("ok"))
         self.assertEqual(self.answer("bob", consume), Said("ok"))
+
+
+class QuotaTests(ConsumerTestCase):
+    """Names per user and per connection: a flood is refused, and evicts nobody."""
+
+    limits = Limits(consumers=6, consumers_per_user=3, consumers_per_connection=4)
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.sessions: dict[str, InMemorySession] = {}
+
+    def session(self, label: str, user: str | None) -> InMemorySession:
+        """A connection of C{user}, opened once under C{label}."""
+        session = self.sessions.get(label)
+        if session is None:
+            session = self.sessions[label] = InMemorySession(label, user=user)
+            self.h.broker.receive(session, mlm.ConnectionOpen(version=2))
+        return session
+
+    def consume_as(self, label: str, user: str | None, name: str, group: str = "") -> Said:
+        """C{label}'s answer to consuming "s" as C{name} (then it stops reading "s")."""
+        session = self.session(label, user)
+        session.said.clear()
+        self.h.broker.receive(session, mlm.StreamConsume("s", "", name, group))
+        self.h.settle()
+        said = next(said for said in session.said if said.what in ("ok", "error"))
+        self.h.broker.receive(session, mlm.StreamCancel("s"))
+        return said
+
+    def test_otherUsersNamesNeverEvicted(self) -> None:
+        """
+        Alice's consumer and group survive bob's flood of names (refused past
+        his share): bob can neither open nor join them afterwards.
+        """
+        self.assertEqual(self.consume_as("alice", "alice", "mine"), Said("ok"))
+        self.assertEqual(self.consume_as("alice", "alice", "m1", group="g"), Said("ok"))
+        answers = [self.consume_as("bob", "bob", f"flood{n}") for n in range(5)]
+        self.assertEqual([a.what for a in answers], ["ok"] * 3 + ["error"] * 2)
+        self.assertIn("consumers-per-user", str(answers[3].values[1]))
+        self.assertEqual(self.h.broker.consumers.forgotten, 0)
+        for name, group in (("mine", ""), ("m2", "g")):
+            said = self.consume_as("bob2", "bob", name, group)
+            self.assertEqual((said.what, said.values[0]), ("error", 403))
+        self.assertEqual(self.consume_as("alice", "alice", "mine"), Said("ok"))
+
+    def test_floodKeepsOthersPositions(self) -> None:
+        """
+        One anonymous client floods names: refused past the limits; another
+        anonymous client's committed position is untouched.
+        """
+        session = self.session("keeper", None)
+        self.h.broker.receive(session, mlm.StreamConsume("s", "", "keep", ""))
+        self.h.broker.receive(session, mlm.StreamCommit("s", 5))
+        self.h.settle()
+        answers = [self.consume_as("flooder", None, f"flood{n}") for n in range(10)]
+        self.assertIn("error", [a.what for a in answers])
+        position = self.h.broker.consumers.position("s", "keep")
+        assert position is not None
+        self.assertEqual(position.seq, 5)
+
+    def test_perConnectionLimit(self) -> None:
+        """
+        One connection may make so many names in its life; past it, it is
+        refused while a new connection of the same user is not.
+        """
+        limits = Limits(consumers=20, consumers_per_user=20, consumers_per_connection=2)
+        self.h.close()
+        self.limits = limits
+        self.restart()
+        answers = [self.consume_as("one", "carol", f"n{n}") for n in range(3)]
+        self.assertEqual([a.what for a in answers], ["ok", "ok", "error"])
+        self.assertIn("consumers-per-connection", str(answers[2].values[1]))
+        self.assertEqual(self.consume_as("one", "carol", "n0"), Said("ok"))  # known: not new
+        self.assertEqual(self.consume_as("two", "carol", "n2"), Said("ok"))
+
+
+class NameTests(ConsumerTestCase):
+    def test_nulRefusedInEveryName(self) -> None:
+        """
+        A NUL in a consumer, group, member or stream name is refused (300):
+        the broker's own marks hold one, so such a name could pass for them.
+        """
+        self.h.open(C1, "", version=2)
+        for consume in (
+            mlm.StreamConsume("s", "", "\x00group", ""),
+            mlm.StreamConsume("s", "", "m\x00", "g"),
+            mlm.StreamConsume("s", "", "m", "g\x00"),
+            mlm.StreamConsume("s\x00", "", "c", ""),
+        ):
+            got = self.h.command(C1, consume)
+            assert isinstance(got[0], mlm.Error), consume
+            self.assertIn("NUL", got[0].status_reason)
+        self.assertEqual(len(self.h.broker.consumers), 0)
+        got = self.h.command(C2, mlm.ConnectionOpen(version=2, address="a\x00b"))
+        assert isinstance(got[0], mlm.Error)
+        self.assertIn("NUL", got[0].status_reason)
+
+
+class ListingTests(ConsumerTestCase):
+    def test_groupListedWithItsMembers(self) -> None:
+        """The listing shows a group with members as held, naming them; without, as not."""
+        for route, member in ((C1, "m1"), (C2, "m2")):
+            self.h.open(route, "", version=2)
+            self.h.command(route, mlm.StreamConsume("s", "", member, "g"))
+        [view] = self.h.broker.consumers.views()
+        self.assertEqual((view.kind, view.members), ("group", ("m1", "m2")))
+        self.assertIsNotNone(view.holder)
+        for route in (C1, C2):
+            self.h.send(route, mlm.ConnectionClose())
+        [view] = self.h.broker.consumers.views()
+        self.assertEqual((view.members, view.holder), ((), None))

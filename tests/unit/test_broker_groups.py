@@ -263,3 +263,184 @@ class DurableTests(GroupTestCase):
         self.assertEqual(
             sorted(s for s, _ in self.got[MEMBERS[2]]), sorted(set(range(1, 61)) - acked)
         )
+
+
+def committed(messages: list[mlm.Message]) -> list[tuple[int, int]]:
+    """(sequence, code) of the STREAM_COMMITTEDs in C{messages}."""
+    return [(m.sequence, m.status_code) for m in messages if isinstance(m, mlm.StreamCommitted)]
+
+
+class StuckMemberTests(GroupTestCase):
+    limits = Limits(group_lease=10)
+
+    def test_memberWithoutCreditExpires(self) -> None:
+        """
+        A member that stops granting credit while still connected: the
+        records assigned to it (never sent) count toward its lease, and when
+        the lease runs out they go to the other member; the group goes on.
+        """
+        self.join(MEMBERS[0])
+        self.h.send(MEMBERS[0], mlm.Credit(0))
+        self.join(MEMBERS[1])
+        self.write(40, subjects=8)
+        self.collect()
+        stuck = self.h.broker.consumers.groups.groups[("s", "g")].members["m1"]
+        self.assertTrue(stuck.pending)
+        self.assertEqual(self.got[MEMBERS[0]], [])
+        for _ in range(3):
+            self.h.clock.advance(5)
+            for route in MEMBERS[:2]:
+                self.h.send(route, mlm.ConnectionPing())
+            self.h.broker.expire_silent()
+        self.collect()
+        self.assertExactlyOnceInOrder(40)
+        self.assertEqual(self.h.broker.consumers.groups.expired, 1)
+
+    def test_slowMemberThatCommitsKeepsItsRecords(self) -> None:
+        """A member that acknowledges within each lease keeps its place, however long it holds."""
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(40, subjects=8)
+        self.collect()
+        for n in range(4):
+            self.h.clock.advance(8)
+            for route in MEMBERS[:2]:
+                got = self.got[route]
+                self.h.send(route, mlm.StreamCommit("s", got[n][0]))
+            self.h.broker.expire_silent()
+        self.assertEqual(self.h.broker.consumers.groups.expired, 0)
+
+
+class BacklogTests(GroupTestCase):
+    def test_newMemberSharesWaitingBacklog(self) -> None:
+        """
+        A member that joins while records wait at another member (which has
+        no credit) takes over the subjects it wins: both get records, each
+        record once, each subject in order.
+        """
+        self.join(MEMBERS[0])
+        self.h.send(MEMBERS[0], mlm.Credit(0))
+        self.write(100, subjects=10)
+        self.collect()
+        self.assertEqual(self.got[MEMBERS[0]], [])
+        self.join(MEMBERS[1])
+        self.collect()
+        self.assertTrue(self.got[MEMBERS[1]], "the new member got nothing of the backlog")
+        self.h.send(MEMBERS[0], mlm.Credit(1000))
+        self.collect()
+        self.assertExactlyOnceInOrder(100)
+        subjects = [{s for _, s in self.got[route]} for route in MEMBERS[:2]]
+        self.assertEqual(subjects[0] & subjects[1], set())
+
+    def test_subjectInHandMovesAfterItsCommit(self) -> None:
+        """
+        A subject the first member was sent records of stays with it while
+        they are unacknowledged; its waiting records move to the new member
+        that wins it once the first member commits them.
+        """
+        self.join(MEMBERS[0])
+        self.h.send(MEMBERS[0], mlm.Credit(0))
+        self.write(60, subjects=3)
+        self.h.send(MEMBERS[0], mlm.Credit(3))
+        self.collect()
+        first = list(self.got[MEMBERS[0]])
+        self.assertEqual([s for s, _ in first], [1, 2, 3])
+        self.join(MEMBERS[1])
+        self.collect()
+        self.assertEqual(self.got[MEMBERS[1]], [], "a subject in hand moved")
+        self.h.send(MEMBERS[0], mlm.StreamCommit("s", 3))
+        self.collect()
+        self.assertTrue(self.got[MEMBERS[1]], "nothing moved after the commit")
+        self.h.send(MEMBERS[0], mlm.Credit(1000))
+        self.collect()
+        self.assertExactlyOnceInOrder(60)
+
+
+class CommitTests(GroupTestCase):
+    def test_commitOfRecordNotDeliveredRefused(self) -> None:
+        """
+        A member's commit of a record it was never sent (another member's,
+        or one not written yet) is answered 300, and acknowledges nothing;
+        its commit of its own record is answered 200.
+        """
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(40, subjects=8)
+        self.collect()
+        other = self.got[MEMBERS[1]][-1][0]
+        mine = self.got[MEMBERS[0]][-1][0]
+        for seq in (other, 1000):
+            self.h.send(MEMBERS[0], mlm.StreamCommit("s", seq))
+            self.assertEqual(committed(self.h.take(MEMBERS[0])), [(seq, 300)])
+        group = self.h.broker.consumers.groups.groups[("s", "g")]
+        self.assertNotIn(other, group.acked)
+        self.h.send(MEMBERS[0], mlm.StreamCommit("s", mine))
+        self.h.settle()
+        self.assertEqual(committed(self.h.take(MEMBERS[0])), [(mine, 200)])
+
+    def test_commitAgainAnswered(self) -> None:
+        """A member's commit repeated (its own record, acknowledged before) is answered 200."""
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(40, subjects=8)
+        self.collect()
+        mine = self.got[MEMBERS[0]][2][0]
+        for _ in range(2):
+            self.h.send(MEMBERS[0], mlm.StreamCommit("s", mine))
+            self.h.settle()
+            self.assertEqual(committed(self.h.take(MEMBERS[0])), [(mine, 200)])
+
+
+class MembershipTests(GroupTestCase):
+    limits = Limits(group_lease=0, max_subscriptions=3)
+
+    def test_membershipsCountAsSubscriptions(self) -> None:
+        """
+        A connection's group memberships count toward its subscriptions: past
+        the limit, joining one more group is refused.
+        """
+        self.h.open(MEMBERS[0], "", version=2)
+        for n in range(3):
+            got = self.h.command(MEMBERS[0], mlm.StreamConsume(f"s{n}", "", "m", "g"))
+            self.assertEqual(got[:1], [mlm.Ok()])
+        got = self.h.command(MEMBERS[0], mlm.StreamConsume("s3", "", "m", "g"))
+        assert isinstance(got[0], mlm.Error)
+        self.assertIn("too many subscriptions", got[0].status_reason)
+
+    def test_creditPumpsOnlyMembershipsWithRecordsWaiting(self) -> None:
+        """
+        A member of several groups with nothing waiting has no membership to
+        pump; one with records waiting for credit has exactly those.
+        """
+        self.h.open(MEMBERS[0], "", version=2)
+        self.h.send(MEMBERS[0], mlm.Credit(0))
+        for n in range(3):
+            self.h.command(MEMBERS[0], mlm.StreamConsume(f"s{n}", "", "m", "g"))
+        groups = self.h.broker.consumers.groups
+        self.assertEqual(groups.waiting_members(), 0)
+        self.h.command(W, mlm.StreamWrite("s1"))
+        self.h.send(W, mlm.StreamSend("k", [b"x"]))
+        self.assertEqual(groups.waiting_members(), 1)
+        self.h.send(MEMBERS[0], mlm.Credit(5))
+        self.assertEqual(groups.waiting_members(), 0)
+        self.assertEqual(len(records(self.h.take(MEMBERS[0]))), 1)
+
+
+class RejoinAsSameMemberTests(GroupTestCase):
+    def test_onlyMemberReplacedKeepsTheGroup(self) -> None:
+        """
+        A new connection joining under the name of a group's only member
+        replaces it in the same group: a later member shares with it, each
+        record once.
+        """
+        self.join(MEMBERS[0], member="m1")
+        self.write(20)
+        self.collect()
+        self.got.clear()
+        self.join(MEMBERS[1], member="m1")
+        self.join(MEMBERS[2], member="m3")
+        self.assertEqual(len(self.h.broker.consumers.groups.groups), 1)
+        self.write(20, start=20)
+        self.collect()
+        self.got.pop(MEMBERS[0], None)
+        self.assertExactlyOnceInOrder(40)

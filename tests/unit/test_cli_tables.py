@@ -179,6 +179,30 @@ class ViewTests(unittest.SynchronousTestCase):
         self.assertIn("1.5/s", text)
         self.assertIn("2.0 KiB", text)
 
+    def test_consumers(self) -> None:
+        """Consumers with their kind; a group with members shows them, connected."""
+        row = {"stream": "s", "position": 3, "lag": 1, "idle_s": 2.0}
+        text = views.render_section(
+            "consumers",
+            [
+                {**row, "name": "c1", "kind": "reader", "connected": False, "members": []},
+                {
+                    **row,
+                    "name": "g",
+                    "kind": "group",
+                    "connected": True,
+                    "members": ["m1", "m2", "m3", "m4", "m5"],
+                },
+            ],
+        )
+        lines = text.splitlines()
+        self.assertIn("MEMBERS", lines[0])
+        self.assertIn("KIND", lines[0])
+        [group] = [line for line in lines if " g " in line]
+        self.assertIn("group", group)
+        self.assertIn("yes", group)
+        self.assertIn("m1,m2,m3 +2", group)
+
     def test_pack(self) -> None:
         """No pack says so; a pack shows its state and its members."""
         self.assertIn("no pack", views.render_section("pack", {"enabled": False}))
