@@ -8,10 +8,12 @@ storage's (a full disk, an I/O error, a corrupt or locked file: nothing
 could have been written) and one record's (text that is not valid UTF-8, a
 number out of range, a constraint: only that record cannot be written).
 The writer fails a whole batch for the first kind and only the record for
-the second (:meth:`JournalError.refused`).
+the second (:meth:`JournalError.refused`). A third is the writer's own: an
+unexpected error in its thread (a bug) leaves it taking no writes
+(:class:`WriterFailed`), and every later batch fails as on a full disk.
 
-Tests: ``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_schema.py``
-and ``tests/unit/test_journal_isolation.py``.
+Tests: ``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_schema.py``,
+``tests/unit/test_journal_isolation.py`` and ``tests/unit/test_journal_writer_failure.py``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,30 @@ def storage_failure(exc: BaseException) -> bool:
     return isinstance(code, int) and code & 0xFF in _STORAGE_CODES
 
 
+class WriterFailed(Exception):
+    """
+    Why the journal's writer takes no writes: its thread failed on an
+    unexpected error (``error``, also the ``__cause__``: a bug, not the
+    storage's failure), or, with None, it has stopped. ``reason`` is the
+    short text for clients.
+    """
+
+    def __init__(self, error: BaseException | None) -> None:
+        if error is None:
+            message = reason = "the journal's writer has stopped"
+        else:
+            name = type(error).__name__
+            message = (
+                f"its writer failed on an unexpected error, {name}: {error} (a bug: its"
+                " traceback is logged), and takes no writes until the journal is opened again"
+            )
+            reason = f"the journal's writer failed ({name})"
+        super().__init__(message)
+        self.error = error
+        self.reason = reason
+        self.__cause__ = error
+
+
 class JournalError(StoreError):
     """
     A journal operation failed. ``__cause__`` holds the original exception;
@@ -100,7 +126,8 @@ class JournalError(StoreError):
     def wrap(cls, exc: BaseException, path: Path, doing: str) -> JournalError:
         """
         A JournalError for ``exc``, raised while ``doing`` on the journal at
-        ``path``, chained to ``exc``.
+        ``path``, chained to ``exc`` (a L{WriterFailed}'s says so, and has its
+        ``reason``).
         """
         name = getattr(exc, "sqlite_errorname", None) if isinstance(exc, sqlite3.Error) else None
         code = getattr(exc, "sqlite_errorcode", None)
@@ -108,12 +135,17 @@ class JournalError(StoreError):
         disk_full = (isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL) or (
             isinstance(exc, OSError) and exc.errno == 28  # ENOSPC
         )
-        detail = f"{exc} ({name})" if name else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, WriterFailed):
+            detail = str(exc)
+        else:
+            detail = f"{exc} ({name})" if name else f"{type(exc).__name__}: {exc}"
         hint = ": the disk is full, free space to resume journaling" if disk_full else ""
         error = cls(
             f"journal {path}: {doing} failed: {detail}{hint}",
             sqlite_error=name,
             disk_full=disk_full,
         )
+        if isinstance(exc, WriterFailed):
+            error.reason = exc.reason
         error.__cause__ = exc
         return error

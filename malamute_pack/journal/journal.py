@@ -10,7 +10,9 @@ that never waits on disk, composed of parts with one job each:
   the stream records not yet committed, which reads see at once;
 - the hand-over to the :class:`~malamute_pack.journal.writer.JournalWriter`
   thread, which group-commits, and its reports back
-  (:mod:`malamute_pack.journal.handover`);
+  (:mod:`malamute_pack.journal.handover`); a writer broken by an
+  unexpected error fails every write as a full disk does, until the
+  journal opens again (:attr:`Journal.writer_failure` says why);
 - reads of committed records (:mod:`malamute_pack.journal.reads`, the SQL),
   on a reader thread with its own connection
   (:mod:`malamute_pack.journal.reader`; WAL lets it read while the writer
@@ -44,7 +46,8 @@ sequence number at the call.
 Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retention.py``,
 ``tests/system/test_journal_durability.py``, ``tests/unit/test_journal_disk_full.py``,
 ``tests/unit/test_journal_isolation.py``, ``tests/unit/test_journal_origin.py``,
-``tests/unit/test_journal_owners.py``, ``tests/unit/test_journal_last_values.py``.
+``tests/unit/test_journal_owners.py``, ``tests/unit/test_journal_last_values.py``,
+``tests/unit/test_journal_writer_failure.py``.
 """
 
 from __future__ import annotations
@@ -164,6 +167,18 @@ class Journal:
         return self._hand.writer is not None
 
     @property
+    def writer_failure(self) -> JournalError | None:
+        """
+        Why the writer takes no writes while the journal is open, or None:
+        its thread failed on an unexpected error (a bug), reported once
+        through L{on_error} and logged with its traceback; every write
+        fails from then on, as on a full disk, until the journal is opened
+        again.
+        """
+        writer = self._hand.writer
+        return None if writer is None else writer.failure
+
+    @property
     def config(self) -> JournalConfig:
         """Its settings (retention as L{set_retention} last changed it)."""
         return self._config
@@ -230,6 +245,7 @@ class Journal:
             self._clock.callFromThread,
             self._replica.batch_done,
             self._pruning.done,
+            self._hand.report,
         )
         self._hand.start(writer)
         writer.start()

@@ -46,9 +46,34 @@ commits, so they are not handed out again after a restart; a mark that
 cannot be written at all is dropped, never retried forever) and runs
 retention pruning in bounded steps, one step between write batches.
 
+An unexpected error anywhere else in the thread (outside the statements a
+batch, a pruning step or an L{Execute} guards: a bug) does not end it: it
+is logged once, critical, with its traceback, and reported once as a
+journal error (``on_failure``), and from then on the writer is broken for
+good, until the journal is opened again (the broker restarts). Whatever it
+had in hand is answered, and so is everything handed to it later: a batch
+fails as on a full disk (every ``on_durable`` gets a JournalError whose
+reason says the writer failed, and names the error:
+:class:`~malamute_pack.journal.errors.WriterFailed`), a L{Barrier} or a
+L{LastValuesMark} is let through, an L{Execute} gets the error, a L{Prune}
+finishes with nothing deleted (and the error), and a L{Stop} closes the
+connection and is answered. Broken for good, rather than failing the one
+operation in hand and going on, because after an error nobody foresaw the
+thread's own state (the high-water marks owed, the last values of the
+transaction, the prunes under way, the connection's transaction and
+synchronous level) may no longer match the file, and a later commit would
+claim a durability nobody can prove; nothing is written after it, not even
+the clean close's mark, so the next open takes the run for a crash
+(numbering jumps past what the failed batches took). A reply lost on its
+way to the reactor counts as such an error: its batch is answered again as
+failed, though it may have committed (told failed, a sender retries; told
+durable, it would not). A thread that ends all the same (a BaseException)
+answers what it had on its way out, and a submission to a writer whose
+thread has ended is answered as a broken writer's, never queued for nobody.
+
 Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retention.py``,
 ``tests/unit/test_journal_disk_full.py``, ``tests/unit/test_journal_isolation.py``,
-``tests/unit/test_journal_gather.py``.
+``tests/unit/test_journal_gather.py``, ``tests/unit/test_journal_writer_failure.py``.
 """
 
 from __future__ import annotations
@@ -69,7 +94,7 @@ from typing import Any, Final, TypeAlias, cast
 from twisted.logger import Logger
 
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
-from malamute_pack.journal.errors import JournalError, storage_failure
+from malamute_pack.journal.errors import JournalError, WriterFailed, storage_failure
 from malamute_pack.journal.inserts import (
     INSERT_STREAM,
     ROWS_PER_INSERT,
@@ -495,8 +520,10 @@ class JournalWriter:
     """
     The writer thread over ``conn`` (opened with ``isolation_level=None``
     and ``check_same_thread=False``; this thread is its only user once
-    started). ``call_from_thread`` is the reactor's; ``on_batch`` and
-    ``on_prune`` are called through it, in the reactor thread.
+    started). ``call_from_thread`` is the reactor's; ``on_batch``,
+    ``on_prune`` and ``on_failure`` (told once if the writer breaks on an
+    unexpected error) are called through it, in the reactor thread.
+    ``failure`` is that error, as a JournalError, once the writer broke.
     """
 
     def __init__(
@@ -507,6 +534,7 @@ class JournalWriter:
         call_from_thread: Callable[..., Any],
         on_batch: Callable[[BatchOutcome], None],
         on_prune: Callable[[PruneOutcome], None],
+        on_failure: Callable[[JournalError], None] | None = None,
     ) -> None:
         self._conn = conn
         self._path = path
@@ -516,6 +544,18 @@ class JournalWriter:
         self._call_from_thread = call_from_thread
         self._on_batch = on_batch
         self._on_prune = on_prune
+        self._on_failure = on_failure
+        # Set by the thread when it breaks (or ends): why it writes no more.
+        self.failure: JournalError | None = None
+        self._cause: WriterFailed | None = None
+        # What the thread has taken and not answered yet: a batch, a
+        # control operation (answered by a broken writer, L{_break}).
+        self._in_hand: list[WriteOp] | None = None
+        self._control_in_hand: Control | None = None
+        # Set by the thread as it ends: a submission from then on is answered
+        # by the submitting thread (L{submit}), in order under the lock.
+        self._ended = False
+        self._drain_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Submission] = queue.SimpleQueue()
         # While a batch gathers, the thread dozes on this instead of the
         # queue: a submission wakes it only for a control operation or once
@@ -553,6 +593,11 @@ class JournalWriter:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the thread runs (started, and not ended)."""
+        return self._thread.is_alive() and not self._ended
+
     def submit(self, item: Submission) -> None:
         """
         Give the thread a reactor turn's write operations (a list) or a
@@ -561,8 +606,14 @@ class JournalWriter:
         full batch waits, and otherwise takes what came when its commit
         interval ends: under a steady flow of small turns it wakes once a
         batch, not once a turn (each wake-up costs both threads a switch).
+        A thread that has ended takes nothing: ``item`` is answered here
+        at once, as a broken writer answers (L{_refuse}), its callbacks
+        run in the reactor thread.
         """
         self._queue.put(item)
+        if self._ended:  # read after the put: an ending thread's drain saw it, else this one
+            self._drain()
+            return
         if type(item) is list:
             self._submitted += len(item)
             if self._submitted < self._wake_at:
@@ -590,6 +641,32 @@ class JournalWriter:
         return [item]
 
     def _run(self) -> None:
+        """
+        Serve until a Stop; an unexpected error breaks the writer
+        (L{_break}), which serves on broken (L{_serve_broken}). However the
+        thread ends, what it had and what is handed to it later is answered.
+        """
+        try:
+            while True:
+                try:
+                    if self._cause is None:
+                        self._serve()
+                    else:
+                        self._serve_broken()
+                    return
+                except Exception as exc:
+                    if self._break(exc):
+                        return
+        except BaseException as exc:  # the thread ends all the same: answer what it had
+            self._break(exc)
+        finally:
+            if self._cause is None:  # stopped: whatever comes later finds it stopped
+                self._cause = WriterFailed(None)
+            self._ended = True
+            self._drain()
+
+    def _serve(self) -> None:
+        """Write what is handed over, a batch at a time (group commit), until a Stop."""
         take = self._take
         wake = self._wake
         interval = self.config.commit_interval_s
@@ -606,9 +683,11 @@ class JournalWriter:
                 item = take()
             control: Control | None = None
             if not isinstance(item, list):
-                control = item
+                control = self._control_in_hand = item
             else:
-                batch = item.copy()  # the reactor's list: its shipper reads it too
+                self._in_hand = item
+                # The reactor's list: its shipper reads it too.
+                batch = self._in_hand = item.copy()
                 deadline = time.monotonic() + interval
                 while len(batch) < max_batch:
                     try:
@@ -626,7 +705,7 @@ class JournalWriter:
                         self._wake_at = _NEVER
                         continue
                     if not isinstance(item, list):
-                        control = item
+                        control = self._control_in_hand = item
                         break
                     batch += item
                 if len(batch) > max_batch:
@@ -634,8 +713,117 @@ class JournalWriter:
                     self._backlog = batch[max_batch:]
                     del batch[max_batch:]
                 self._call_from_thread(self._on_batch, self._write(batch))
-            if control is not None and self._control(control):
+                self._in_hand = None
+            if control is not None:
+                stop = self._control(control)
+                self._control_in_hand = None
+                if stop:
+                    return
+
+    def _serve_broken(self) -> None:
+        """Answer everything handed over as a broken writer does, until a Stop."""
+        while True:
+            if self._answer(self._take()):
                 return
+
+    def _break(self, exc: BaseException) -> bool:
+        """
+        The thread met ``exc``, which nothing expected (call it while
+        handling it: its traceback is logged): from now on the writer
+        writes nothing. Log it (critical) and report it (``on_failure``) the
+        first time; roll back whatever transaction is open, stop the insert
+        process, and answer what the thread had in hand and the prunes under
+        way. Whether a Stop was among them (it is answered: the thread ends).
+        """
+        if self._cause is None:
+            cause = self._cause = WriterFailed(exc)
+            failure = JournalError(f"journal {self._path}: {cause}")
+            failure.reason = cause.reason
+            failure.__cause__ = cause
+            self.failure = failure
+            _log.failure(
+                "journal {path}: its writer thread failed on an unexpected error (a bug);"
+                " every write fails from now on, until the journal is opened again",
+                path=str(self._path),
+            )
+            if self._on_failure is not None:
+                with self._logged("reporting its failure"):
+                    self._call_from_thread(self._on_failure, failure)
+        else:
+            _log.failure("journal {path}: its broken writer failed again", path=str(self._path))
+        self._wake_at = _NEVER
+        with self._logged("rolling back"), contextlib.suppress(sqlite3.ProgrammingError):
+            self._rollback()  # (a connection closed already has nothing to roll back)
+        inserts, self._inserts = self._inserts, None
+        if inserts is not None:
+            with self._logged("stopping its insert process"):
+                inserts.stop()
+        batch, self._in_hand = self._in_hand, None
+        control, self._control_in_hand = self._control_in_hand, None
+        if batch is not None:
+            self._answer(batch)
+        while self._prune_jobs:
+            job = self._prune_jobs.popleft()
+            error = JournalError.wrap(self._cause, self._path, "pruning streams")
+            with self._logged("answering a prune"):
+                outcome = PruneOutcome(job.deleted, job.first_seq, finished=True, error=error)
+                self._call_from_thread(job.request.done, outcome)
+        return control is not None and self._answer(control)
+
+    def _answer(self, item: list[WriteOp] | Control) -> bool:
+        """L{_refuse} ``item``, logging an error that stops it; whether it is a Stop."""
+        with self._logged("answering what was handed to it"):
+            return self._refuse(item)
+        return isinstance(item, Stop)
+
+    def _refuse(self, item: list[WriteOp] | Control) -> bool:
+        """
+        Answer ``item`` as a writer that writes no more: a batch fails
+        (L{_failed}: as a full disk fails it), a barrier or a last-values
+        mark is let through, statements fail, a prune finishes with nothing
+        deleted and the error, a Stop closes the connection (leaving the
+        journal marked as running: its next open takes the run for a crash)
+        and is answered. Whether it is a Stop.
+        """
+        cause = self._cause
+        assert cause is not None
+        call = self._call_from_thread
+        if isinstance(item, list):
+            call(self._on_batch, self._failed(item, cause))
+        elif isinstance(item, Barrier | LastValuesMark):
+            call(item.done)
+        elif isinstance(item, Execute):
+            call(item.done, JournalError.wrap(cause, self._path, "running statements"), [])
+        elif isinstance(item, Prune):
+            error = JournalError.wrap(cause, self._path, "pruning streams")
+            call(item.done, PruneOutcome(0, {}, finished=True, error=error))
+        else:
+            with self._logged("closing its connection"):
+                self._conn.close()
+            call(item.done)
+            return True
+        return False
+
+    def _drain(self) -> None:
+        """
+        Answer everything handed over to a thread that has ended, in the
+        order it was handed over (L{_refuse}); from any thread.
+        """
+        with self._drain_lock:
+            while True:
+                try:
+                    item = self._take(block=False)
+                except queue.Empty:
+                    return
+                self._answer(item)
+
+    @contextlib.contextmanager
+    def _logged(self, doing: str) -> Iterator[None]:
+        """Log what the block raises (while ``doing``), and go on."""
+        try:
+            yield
+        except Exception:
+            _log.failure("journal {path}: {doing} failed", path=str(self._path), doing=doing)
 
     def _control(self, op: Control) -> bool:
         """Act on a control operation; True when the thread must end."""
@@ -652,8 +840,9 @@ class JournalWriter:
             self.last_values.captures.append(op.capture)
             self._call_from_thread(op.done)
             return False
-        if self._inserts is not None:
-            self._inserts.stop()
+        inserts, self._inserts = self._inserts, None
+        if inserts is not None:
+            inserts.stop()
         # Prunes still under way stop where they are: retention is not durability.
         while self._prune_jobs:
             job = self._prune_jobs.popleft()
@@ -1137,7 +1326,10 @@ class JournalWriter:
             elif type(op) is StreamAppend:
                 callbacks.append(op.on_durable)
                 stream_last[op.key[0]] = op.key[3]
-            elif isinstance(op, StreamDelete | CompactSet) and op.on_durable is not None:
+            elif (
+                isinstance(op, StreamDelete | CompactSet | ConsumerSave)
+                and op.on_durable is not None
+            ):
                 callbacks.append(op.on_durable)
         for stream, last in stream_last.items():
             self._unsaved_stream_last[stream] = max(last, self._unsaved_stream_last.get(stream, 0))
@@ -1167,11 +1359,11 @@ class JournalWriter:
         except Exception as exc:
             self._rollback()
             self.last_values.forget_floors()  # moved on in the step rolled back
-            self._prune_jobs.popleft()
             error = JournalError.wrap(exc, self._path, "pruning streams")
             self._call_from_thread(self._on_prune, PruneOutcome(0, {}, True, error))
             outcome = PruneOutcome(job.deleted, job.first_seq, finished=True, error=error)
             self._call_from_thread(job.request.done, outcome)
+            self._prune_jobs.popleft()  # once answered: until then, a broken writer answers it
             return
         self._report_step(job, step)
 
@@ -1179,9 +1371,7 @@ class JournalWriter:
         job.deleted += step.deleted
         job.first_seq.update(step.first_seq)
         finished = step.resume_from is None
-        if finished:
-            self._prune_jobs.popleft()
-        else:
+        if not finished:
             assert step.resume_from is not None
             job.resume_from = step.resume_from
         if step.deleted or finished:
@@ -1193,3 +1383,4 @@ class JournalWriter:
             self._call_from_thread(
                 job.request.done, PruneOutcome(job.deleted, job.first_seq, finished=True)
             )
+            self._prune_jobs.popleft()  # once answered, as above

@@ -363,7 +363,11 @@ class Statistics:
         ]
 
     def consumers(self) -> list[dict[str, Any]]:
-        """The consumers the broker remembers: position, lag, idle time and holder."""
+        """
+        The consumers the broker remembers: position, lag, idle time,
+        whether a connection reads as it (a reader's holder, any member of
+        a group) and a group's members.
+        """
         now = self._clock.seconds()
         return [
             {
@@ -375,6 +379,7 @@ class Statistics:
                 "lag": view.lag,
                 "idle_s": max(0.0, now - view.updated),
                 "connected": view.holder is not None,
+                "members": list(view.members),
             }
             for view in self._broker.consumers.views()
         ]
@@ -409,8 +414,10 @@ class Statistics:
                 "bytes_written": None,
                 "errors": None,
                 "pruned": None,
+                "writer_failure": None,
             }
         counters = journal.counters
+        failure = journal.writer_failure
         latencies = sorted(journal.commit_latencies)
         latency = (
             {
@@ -433,6 +440,8 @@ class Statistics:
             "bytes_written": counters.bytes_written,
             "errors": counters.errors,
             "pruned": counters.pruned,
+            # Why every write fails (its writer broke on a bug), else None.
+            "writer_failure": None if failure is None else str(failure),
         }
 
     def limits(self) -> dict[str, Any]:
