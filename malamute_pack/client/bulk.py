@@ -39,6 +39,24 @@ L{WrongServerKeyError}, as soon as two were, or at the timeout after one.
 An open the broker refuses (one endpoint: a passive's ERROR 503 is the
 call's error) gives that connection up: the next call opens again.
 
+A broker restarted on the same endpoint (killed or stopped cleanly) does
+not know the connection: ZeroMQ reconnects the socket silently, and the
+new broker answers whatever comes on it before a CONNECTION_OPEN with
+ERROR 500 "command invalid: NAME", NAME the command's (as it answers a
+connection it expired for silence). The client tells that answer apart
+from a refusal by its exact text (L{forgotten}: a command of this client
+the broker knows, once the connection is open, never gets it; a refusal
+of the message itself, such as "... needs protocol version 2" or
+"malformed: ...", says more), opens again and sends the call once more on
+the new connection: a query, an append (its key makes a second send
+harmless) or a range read (from the record after the last one yielded,
+so a read cut short this way mid-range, its CREDIT answered so, goes on
+without repeating or skipping one). Forgotten again on the new connection
+(before a read made progress), the call fails with that ERROR 500.
+The client sends no heartbeat: an idle connection is opened again before
+the next call instead (C{REOPEN_AFTER}), and one the broker expired all
+the same is forgotten as above.
+
 Tests: ``tests/system/test_client_bulk.py``.
 """
 
@@ -51,6 +69,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import zmq
+from twisted.logger import Logger
 
 from malamute_pack.client.dealer import check_endpoints, make_watched_dealer
 from malamute_pack.client.endpoints import (
@@ -79,6 +98,8 @@ from malamute_pack.client.monitor import (
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.protocol import chunks, mlm
 from malamute_pack.protocol.mlm import LATEST
+
+_log = Logger()
 
 M = TypeVar("M", bound=mlm.Message)
 C = TypeVar("C")
@@ -179,6 +200,39 @@ class _Silent(Exception):
 
 class _NotActive(_Silent):
     """(Several endpoints) the broker answered ERROR 503: it does not serve."""
+
+
+class _Forgotten(Exception):
+    """
+    The broker does not know this connection (L{forgotten}): open again.
+
+    @ivar error: its answer, what the call fails with if that happens again.
+    """
+
+    def __init__(self, error: mlm.Error) -> None:
+        super().__init__(f"{error.status_code} {error.status_reason}")
+        self.error = error
+
+
+# The commands a bulk client sends once open: what the broker answers
+# "command invalid: NAME" on a connection it does not know.
+_COMMANDS: Final = (mlm.StreamQuery, mlm.StreamReadRange, mlm.StreamAppend, mlm.Credit)
+_FORGOTTEN_REASONS: Final = frozenset(
+    f"command invalid: {mlm.MESSAGE_NAMES[command.ID]}" for command in _COMMANDS
+)
+
+
+def forgotten(error: mlm.Error) -> bool:
+    """
+    Whether C{error} is the broker's answer to a command on a connection
+    it does not know (it restarted, or expired it): ERROR 500 with exactly
+    the reason "command invalid: NAME" for one of the commands a bulk
+    client sends (the broker's answer to anything but CONNECTION_OPEN from
+    a party with no connection). An open connection's own refusals differ:
+    another status, or a longer reason ("command invalid: NAME needs
+    protocol version 2", "malformed: ...").
+    """
+    return error.status_code == mlm.COMMAND_INVALID and error.status_reason in _FORGOTTEN_REASONS
 
 
 class BulkClient:
@@ -446,7 +500,8 @@ class BulkClient:
     def _command(self, message: mlm.Message, answer: type[M], wait: float | None = None) -> M:
         """
         Send C{message} and wait for its C{answer}; MalamuteError for ERROR
-        (_NotActive for 503 with several endpoints).
+        (_NotActive for 503 with several endpoints; _Forgotten when the
+        broker does not know the connection).
         """
         self._send(message)
         while True:
@@ -454,14 +509,31 @@ class BulkClient:
             if isinstance(reply, answer):
                 return reply
             if isinstance(reply, mlm.Error):
-                self._check_active(reply)
+                self._check_error(reply)
                 raise MalamuteError(reply.status_code, reply.status_reason)
             # Anything else (a PONG, the tail of an abandoned read) is not for us.
 
-    def _check_active(self, error: mlm.Error) -> None:
-        """With several endpoints, ERROR 503 is a broker to leave: _NotActive."""
+    def _check_error(self, error: mlm.Error) -> None:
+        """
+        With several endpoints, ERROR 503 is a broker to leave: _NotActive;
+        the broker's answer to a connection it does not know: _Forgotten
+        (the connection is given up: the next call opens again).
+        """
         if self._ring.several and error.status_code == NOT_ACTIVE:
             raise _NotActive()
+        if forgotten(error):
+            self._drop()
+            raise _Forgotten(error)
+
+    def _forgotten_again(self, e: _Forgotten, reopened: bool) -> None:
+        """
+        The broker forgot the connection: the call goes once more on a new
+        one (the next C{_fresh} opens it), or, if it was forgotten there
+        too (C{reopened}), fails with the broker's answer.
+        """
+        if reopened:
+            raise MalamuteError(e.error.status_code, e.error.status_reason) from None
+        _log_forgotten(self.endpoint, e.error)
 
     def _retry_elsewhere(self) -> None:
         """A call was cut short (silence, 503): drop the connection; with several, move on."""
@@ -494,6 +566,7 @@ class BulkClient:
         """
         query = mlm.StreamQuery(stream, whence, position)
         attempts = 0
+        reopened = False
         while True:
             try:
                 self._fresh()
@@ -501,6 +574,9 @@ class BulkClient:
                 break
             except AuthenticationRefusedError:
                 raise  # trying again would be refused again
+            except _Forgotten as e:
+                self._forgotten_again(e, reopened)
+                reopened = True
             except (_Silent, BrokerUnreachableError) as e:
                 attempts += 1
                 if not self._ring.several and isinstance(e, BrokerUnreachableError):
@@ -533,6 +609,9 @@ class BulkClient:
         """
         position = first
         attempts = 0
+        # Where the read was last forgotten by the broker: forgotten again
+        # before it went further, it fails.
+        reopened_at: int | None = None
         while True:
             try:
                 for item in self._read_once(stream, position, last, pattern, decode):
@@ -545,6 +624,9 @@ class BulkClient:
                 return
             except AuthenticationRefusedError:
                 raise
+            except _Forgotten as e:
+                self._forgotten_again(e, reopened_at == position)
+                reopened_at = position
             except (_Silent, BrokerUnreachableError):
                 # Silent mid-read, or not back yet: again on a new connection.
                 attempts += 1
@@ -582,7 +664,9 @@ class BulkClient:
                     finished = True
                     return
                 elif isinstance(reply, mlm.Error):
-                    self._check_active(reply)  # a 503: not finished, go elsewhere
+                    # A 503: not finished, go elsewhere; forgotten (a CREDIT
+                    # answered "command invalid"): not finished, open again.
+                    self._check_error(reply)
                     finished = True  # the broker ended the read
                     raise MalamuteError(reply.status_code, reply.status_reason)
         finally:
@@ -617,7 +701,8 @@ class BulkClient:
         Write C{records} (subject, frames) to C{stream}, all or none, under
         C{key}; durable when this returns. A key the stream already has is
         not written again (C{duplicate}). Tried again on a new connection
-        if the broker goes silent (the key makes that safe).
+        if the broker goes silent, or does not know the connection (it
+        restarted): the key makes that safe.
 
         @raise ValueError: the append is larger than C{max_append_bytes}.
         @raise MalamuteError: the broker refused it (the status and reason).
@@ -629,6 +714,7 @@ class BulkClient:
             )
         message = mlm.StreamAppend(stream, key, [data])
         attempts = 0
+        reopened = False
         while True:
             try:
                 self._fresh()
@@ -636,6 +722,9 @@ class BulkClient:
                 break
             except AuthenticationRefusedError:
                 raise
+            except _Forgotten as e:
+                self._forgotten_again(e, reopened)
+                reopened = True
             except (_Silent, BrokerUnreachableError):
                 attempts += 1
                 if attempts > self._retries:
@@ -648,3 +737,12 @@ class BulkClient:
         if got.status_code != mlm.SUCCESS:
             raise MalamuteError(got.status_code, got.status_reason)
         return Appended(stream, key, got.first, got.last, False)
+
+
+def _log_forgotten(endpoint: str, error: mlm.Error) -> None:
+    _log.info(
+        "the broker at {endpoint} does not know this connection ({code} {reason}): opening again",
+        endpoint=endpoint,
+        code=error.status_code,
+        reason=error.status_reason,
+    )

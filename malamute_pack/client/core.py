@@ -21,7 +21,8 @@ libmlm vocabulary, for the C broker) adds stream records with sequence
 numbers (read from a position, resumed after a reconnection, deduplicated),
 mailbox and service records kept until DONE, and STORED for every
 MAILBOX_SEND and SERVICE_SEND; close() waits up to C{close_timeout} for the
-STOREDs of the sends made before it.
+STOREDs of the sends made before it. A consumer's commits wait for their
+STREAM_COMMITTED (L{Commits}) at most C{commit_timeout} seconds each.
 
 With several endpoints (a primary/backup pair: L{EndpointRing}), the core
 moves to the next one when the broker it is on answers ERROR 503 (not
@@ -129,7 +130,7 @@ class ClientCore(ChannelOwner):
         self._credit = Credit(owner.send_frames)
         self._outbox = Outbox(owner.send_frames, options.max_held)
         self._subscriptions = Subscriptions(sequences)
-        self._commits = Commits(self._post)
+        self._commits = Commits(owner.send_frames, clock, options.commit_timeout)
         self._inbox = Inbox(
             owner,
             sequences,
@@ -283,13 +284,19 @@ class ClientCore(ChannelOwner):
         """
         Acknowledge every record of C{stream} up to C{sequence} for the
         consumer this client reads it as; C{settled} gets the position the
-        broker made durable, or the error.
+        broker made durable (the broker's: lower than C{sequence} for a
+        reader's commit past the stream's last record, which it clamps to
+        that record), or the error: L{MalamuteError} for a refusal,
+        L{BrokerUnreachableError} if no answer came within
+        C{commit_timeout} seconds (L{malamute_pack.client.commits}).
 
         @raise ValueError: with version 1.
+        @raise ClientClosedError: if the client is not open.
         """
         if self.options.version < 2:
             raise ValueError("consumers need protocol version 2")
-        self._commits.commit(stream, sequence, settled)
+        self._check_open()
+        self._commits.commit(stream, sequence, settled, self._channel.state in USABLE)
 
     def remove_consumer(self, stream: str, done: Done) -> None:
         """Stop reading C{stream} (every pattern)."""
@@ -489,6 +496,7 @@ class ClientCore(ChannelOwner):
             for t in (
                 self._channel.wakeup_at(),
                 self._heartbeat.wakeup_at(self._channel.state in WATCHED),
+                self._commits.wakeup_at(),
             )
             if t is not None
         ]
@@ -502,6 +510,7 @@ class ClientCore(ChannelOwner):
         if self._channel.state in WATCHED and heartbeat.silent(now):
             self._channel.silence()
         heartbeat.ping_if_due(now)
+        self._commits.on_time(now)
 
     # ChannelOwner: what the channel's actions ask of the other parts
 
@@ -517,6 +526,7 @@ class ClientCore(ChannelOwner):
     def flush(self) -> None:
         self._credit.flush()
         self._outbox.flush()
+        self._commits.flush()
 
     def regrant_credit(self) -> None:
         self._credit.regrant()

@@ -28,7 +28,8 @@ class MalamuteError(ClientError):
 class BrokerUnreachableError(ClientError):
     """
     The broker did not answer in time: no OK to CONNECTION_OPEN within the
-    connect timeout, or nothing at all heard from it for the timeout.
+    connect timeout, or nothing at all heard from it for the timeout, or
+    (a consumer's commit) no STREAM_COMMITTED within C{commit_timeout}.
     """
 
 

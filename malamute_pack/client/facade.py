@@ -148,8 +148,11 @@ class ClientFacade(ABC, Generic[CommandResult, StoredResult]):
     def commit(self, stream: str, sequence: int) -> StoredResult:
         """
         Acknowledge every record of C{stream} up to C{sequence} (version 2,
-        as a consumer): the result is the position the broker made durable;
-        a refusal raises (or fails with) L{MalamuteError}.
+        as a consumer): the result is the position the broker made durable,
+        which is the broker's and may be lower than C{sequence} (a reader's
+        commit past the stream's last record is clamped to that record); a
+        refusal raises (or fails with) L{MalamuteError}, no answer within
+        C{commit_timeout} seconds L{BrokerUnreachableError}.
         """
         return self._await_stored(lambda settled: self._core.commit(stream, sequence, settled))
 

@@ -80,6 +80,9 @@ class ClientOptions:
     @ivar curve: for CURVE security, the keys in Z85 text:
         L{CurveKeys}(server public key, client public key, client secret
         key), or None.
+    @ivar commit_timeout: (version 2) seconds a consumer's commit waits for
+        the broker's STREAM_COMMITTED, from the call (reconnections
+        included), before it fails with C{BrokerUnreachableError}.
     """
 
     address: str = ""
@@ -92,6 +95,7 @@ class ClientOptions:
     dedupe_window: int = ID_WINDOW
     plain: tuple[str, str] | None = None
     curve: CurveKeys | None = None
+    commit_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat < self.timeout:
@@ -100,6 +104,8 @@ class ClientOptions:
             raise ValueError(f"protocol version must be 1 or 2, not {self.version!r}")
         if self.close_timeout <= 0:
             raise ValueError(f"close_timeout must be positive, not {self.close_timeout}")
+        if self.commit_timeout <= 0:
+            raise ValueError(f"commit_timeout must be positive, not {self.commit_timeout}")
         if self.max_held < 0:
             raise ValueError(f"max_held must not be negative, not {self.max_held}")
         if self.dedupe_window < 1:
@@ -147,6 +153,7 @@ class OptionOverrides(TypedDict, total=False):
     dedupe_window: int
     plain: tuple[str, str] | None
     curve: CurveKeys | None
+    commit_timeout: float
 
 
 def resolve_options(

@@ -331,6 +331,7 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
     def _await_stored(self, send: Callable[[StoredCallback], None]) -> Deferred[int]:
         d: Deferred[int] = Deferred()
         send(_settle_stored(d))
+        self._reschedule()  # a commit has a deadline
         return d
 
     def _sent(self) -> None:

@@ -815,6 +815,133 @@ class V2ConsumerTests(V2TestCase):
         self.assertRaises(ValueError, self.core.set_consumer, "s", "", Result(), 7)
 
 
+class CommitTests(V2TestCase):
+    """A version 2 core reading two streams as durable consumers, and its commits."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.setting(
+            lambda d: self.core.consume("orders", "", "billing", d),
+            mlm.StreamConsume("orders", "", "billing", "", mlm.RESUME, 0),
+        )
+        self.setting(
+            lambda d: self.core.consume("refunds", "", "billing", d),
+            mlm.StreamConsume("refunds", "", "billing", "", mlm.RESUME, 0),
+        )
+
+    def test_pastTheEndSettlesWithClampedPosition(self) -> None:
+        """
+        A commit past the stream's last record is settled by the broker's
+        answer, with the clamped (lower) position it made durable.
+        """
+        got, settled = self.stored_results()
+        self.core.commit("orders", 99, settled)
+        self.assertEqual(self.owner.take(), [mlm.StreamCommit("orders", 99)])
+        self.reply(mlm.StreamCommitted("orders", 5))
+        self.assertEqual(got, [5])
+
+    def test_orderWithSeveralStreams(self) -> None:
+        """
+        Each answer settles the oldest commit of its stream, whatever was
+        committed on the other stream between (and a refusal fails its own).
+        """
+        results: dict[str, list[int | ClientError]] = {}
+        for name, stream, sequence in (
+            ("a", "orders", 3),
+            ("b", "refunds", 1),
+            ("c", "orders", 50),
+            ("d", "refunds", 2),
+        ):
+            got: list[int | ClientError] = []
+            results[name] = got
+            self.core.commit(stream, sequence, got.append)
+        self.owner.take()
+        self.reply(mlm.StreamCommitted("refunds", 1))
+        self.reply(mlm.StreamCommitted("orders", 3))
+        self.reply(mlm.StreamCommitted("orders", 7))  # 50 clamped to the last record
+        self.reply(mlm.StreamCommitted("refunds", 2, mlm.FAILED, "not delivered to this member"))
+        self.assertEqual(
+            {name: got[:1] for name, got in results.items() if name != "d"},
+            {"a": [3], "b": [1], "c": [7]},
+        )
+        [error] = results["d"]
+        assert isinstance(error, MalamuteError)
+        self.assertEqual((error.code, error.reason), (mlm.FAILED, "not delivered to this member"))
+
+    def test_deadline(self) -> None:
+        """
+        A commit the broker does not answer fails with
+        BrokerUnreachableError once C{commit_timeout} has passed, not before.
+        """
+        self.remake(commit_timeout=3.0)
+        got, settled = self.stored_results()
+        self.core.commit("orders", 3, settled)
+        self.owner.take()
+        self.advance(2.75)
+        self.assertEqual(got, [])
+        self.advance(0.25)
+        [error] = got
+        self.assertIsInstance(error, BrokerUnreachableError)
+        self.reply(mlm.StreamCommitted("orders", 3))  # late: its own, nothing else's
+        self.assertEqual(len(got), 1)
+
+    def test_deadlineWhileDisconnected(self) -> None:
+        """
+        With the broker silent (the client disconnected), a commit still
+        fails at its deadline (the core asks to be woken for it).
+        """
+        got, settled = self.stored_results()
+        self.core.commit("orders", 3, settled)
+        self.advance(5.1)
+        self.assertIs(self.core.state, ClientState.DISCONNECTED)
+        self.assertEqual(got, [])
+        wakeup = self.core.wakeup_at()
+        self.assertIsNotNone(wakeup)
+        self.advance(30.0 - 5.1)
+        self.assertIsInstance(got[0], BrokerUnreachableError)
+
+    def test_resentAfterReplayOnly(self) -> None:
+        """
+        When the broker forgot us, a commit not answered goes again after
+        CONNECTION_OPEN and the replay (never ahead of them, where a new
+        broker would refuse it), and keeps the deadline of its call.
+        """
+        got, settled = self.stored_results()
+        self.core.commit("orders", 3, settled)
+        self.advance(1.0)
+        self.assertEqual(self.owner.take(), [mlm.StreamCommit("orders", 3), mlm.ConnectionPing()])
+        self.reply(mlm.Error(mlm.COMMAND_INVALID, "command invalid: CONNECTION_PING"))
+        self.assertEqual(self.owner.take(), [mlm.ConnectionOpen(version=2, address="me")])
+        self.reply(mlm.Ok())
+        self.assertEqual(
+            self.replay(),
+            [
+                mlm.StreamConsume("orders", "", "billing", "", mlm.RESUME, 0),
+                mlm.StreamConsume("refunds", "", "billing", "", mlm.RESUME, 0),
+            ],
+        )
+        self.assertEqual(self.owner.take(), [mlm.StreamCommit("orders", 3)])
+        self.reply(mlm.StreamCommitted("orders", 3))
+        self.assertEqual(got, [3])
+
+    def test_commitWhenClosed(self) -> None:
+        """A commit on a closed client is refused at once."""
+        self.core.close(Result())
+        self.reply(mlm.Ok())
+        self.assertIs(self.core.state, ClientState.CLOSED)
+        self.assertRaises(ClientClosedError, self.core.commit, "orders", 3, lambda r: None)
+
+    def test_closeFailsCommits(self) -> None:
+        """Closing fails the commits still waiting with ClientClosedError."""
+        got, settled = self.stored_results()
+        self.core.commit("orders", 3, settled)
+        self.core.close(Result())
+        self.reply(mlm.Ok())
+        [error] = got
+        self.assertIsInstance(error, ClientClosedError)
+        self.assertIsNone(self.core.wakeup_at())
+
+
 class StoredTests(V2TestCase):
     def test_storedMatchedInOrder(self) -> None:
         """

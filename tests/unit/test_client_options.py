@@ -21,11 +21,20 @@ from malamute_pack.protocol import mlm
 
 class ClientOptionsTests(SynchronousTestCase):
     def test_defaults(self) -> None:
-        """The defaults: anonymous, version 2, timeout 5 s, heartbeat 1 s, auto_done."""
+        """
+        The defaults: anonymous, version 2, timeout 5 s, heartbeat 1 s,
+        commit timeout 30 s, auto_done.
+        """
         options = ClientOptions()
         self.assertEqual(
-            (options.address, options.version, options.timeout, options.heartbeat),
-            ("", 2, 5.0, 1.0),
+            (
+                options.address,
+                options.version,
+                options.timeout,
+                options.heartbeat,
+                options.commit_timeout,
+            ),
+            ("", 2, 5.0, 1.0, 30.0),
         )
         self.assertTrue(options.auto_done)
         self.assertIsNone(options.plain)
@@ -42,6 +51,7 @@ class ClientOptionsTests(SynchronousTestCase):
             {"heartbeat": 0.0},
             {"version": 3},
             {"close_timeout": 0.0},
+            {"commit_timeout": 0.0},
             {"max_held": -1},
             {"dedupe_window": 0},
         ):

@@ -596,6 +596,28 @@ class ConsumerTests(ClientTestCase):
         await second.consume("orders", "", "billing")
         self.assertEqual([(await second.recv()).sequence for _ in range(2)], [4, 5])
 
+    async def test_commitPastTheEnd(self) -> None:
+        """
+        A commit past the stream's last record returns the position the
+        broker clamped it to and made durable (the last record), and the
+        commits after it get their own answers.
+        """
+        producer = await self.client("producer")
+        await producer.set_producer("orders")
+        for n in range(5):
+            producer.send(f"o{n}", [b"x"])
+        consumer = await self.client("consumer")
+        await consumer.consume("orders", "", "billing")
+        got = [await consumer.recv() for _ in range(5)]
+        self.assertEqual([d.sequence for d in got], [1, 2, 3, 4, 5])
+        past = consumer.commit("orders", 99)
+        again = consumer.commit("orders", 5)
+        # Without an answer the commit would fail at its deadline (30 s);
+        # the test fails sooner.
+        past.addTimeout(5, _clock)
+        self.assertEqual(await past, 5)
+        self.assertEqual(await again, 5)
+
     async def test_commitRefused(self) -> None:
         """A commit on a stream the client does not consume fails with the broker's reason."""
         client = await self.client("c")
