@@ -82,6 +82,14 @@ class Store(Protocol):
     def durable_seq(self, stream: str) -> int:
         """The last sequence number whose record is committed (0 for none)."""
 
+    def lost(self, stream: str, first: int, last: int) -> list[tuple[int, int]]:
+        """
+        The stretches (first, last) of C{stream} within C{first}..C{last},
+        clipped to it and in order, whose records the store cannot serve:
+        found damaged, or lost with a damaged file. Each read that covers
+        one tells its reader of a gap there; no record in one is served.
+        """
+
     def read_rows(
         self, stream: str, from_seq: int, to_seq: int, limit: int, max_bytes: int
     ) -> Deferred[list[ChunkRow]]:

@@ -187,5 +187,22 @@ class Connection:
         )
         self.session.gap(stream, missed, available)
 
+    def lost_to_damage(self, stream: str, missed: int, available: int) -> None:
+        """
+        Records C{missed} up to C{available} - 1 of C{stream}, which it
+        wanted, cannot be served: the journal found them damaged (or lost
+        them with a damaged file). Logged, and its session is told of a gap
+        (the protocol's STREAM_GAP has no reason: this line has it).
+        """
+        _log.info(
+            "{connection} is told of a gap: records {missed}-{last} of stream {stream!r}"
+            " are damaged in the journal and are not served",
+            connection=self,
+            missed=missed,
+            last=available - 1,
+            stream=stream,
+        )
+        self.session.gap(stream, missed, available)
+
     def __repr__(self) -> str:
         return f"<Connection {self.address or '(anonymous)'} {self.session!r}>"

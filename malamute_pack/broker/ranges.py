@@ -11,14 +11,20 @@ time, each chunk one message. It is paced by the reader's credit (one per
 record delivered; a reader that never sent CREDIT gets nothing), and by its
 session (a chunk it cannot take is read again once it drains). Records that
 retention removed before they were read are reported as a gap, then the
-read goes on; after the last record the reader is told the range ended.
+read goes on; so are records the journal cannot serve (found damaged, or
+lost with a damaged file: the store's C{lost}), in their place among the
+records around them. After the last record the reader is told the range
+ended. A read that fails, or whose records cannot be sent, is answered with
+ERROR 502 and its reason: a reader is never left waiting.
 
 Tests: ``tests/unit/test_broker_ranges.py``.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Final
 
 from twisted.logger import Logger
@@ -30,7 +36,7 @@ from malamute_pack.broker.stalled import Stalled
 from malamute_pack.matching import Pattern, PatternError, parse_pattern
 from malamute_pack.protocol import mlm
 from malamute_pack.protocol.chunks import ChunkRow
-from malamute_pack.store import Store
+from malamute_pack.store import Store, StoreError
 
 _log = Logger()
 
@@ -39,6 +45,7 @@ _log = Logger()
 # reader's queue of chunks can hold.
 CHUNK_RECORDS: Final = 4096
 CHUNK_BYTES: Final = 256 * 1024
+_SEQ: Final = attrgetter("seq")
 
 
 @dataclass(slots=True, eq=False)
@@ -151,11 +158,8 @@ class Ranges:
         read.reading = True
         store.read_rows(
             name, read.next, read.last, min(credit, self._chunk_records), self._chunk_bytes
-        ).addCallbacks(
-            self._read_done,
-            self._read_failed,
-            callbackArgs=(connection, name, read),
-            errbackArgs=(connection, name, read),
+        ).addCallback(self._read_done, connection, name, read).addErrback(
+            self._read_failed, connection, name, read
         )
 
     def _read_done(
@@ -164,32 +168,53 @@ class Ranges:
         read.reading = False
         if connection.gone or connection.ranges.get(name) is not read:
             return
-        assert self._store is not None
-        first = self._store.first_seq(name)
+        store = self._store
+        assert store is not None
+        first = store.first_seq(name)
         if read.next < first:
             # Retention went past the next record while it was being read.
             upto = min(first, rows[0].seq if rows else read.last + 1)
             if read.next < upto:
                 self._gap(connection, name, read.next, upto)
                 read.next = upto
-        if not rows:
-            read.next = read.last + 1  # nothing more up to the end
-        else:
-            pattern = read.pattern
-            matched = rows if pattern is None else [r for r in rows if pattern.matches(r.subject)]
-            if matched:
-                if not connection.session.deliver_chunk(name, matched):
-                    self._stalled.add(connection)  # read again once it drains
-                    return
-                if connection.credit is not None:
-                    connection.credit -= len(matched)
-                self.delivered += len(matched)
-            read.next = rows[-1].seq + 1
+        # What the read covered: up to its last record, or to the end.
+        covered = rows[-1].seq if rows else read.last
+        start = 0
+        for missed, last in store.lost(name, read.next, covered):
+            cut = bisect_left(rows, missed, start, key=_SEQ)
+            if not self._deliver(connection, name, read, rows[start:cut]):
+                return
+            self.gaps += 1
+            connection.lost_to_damage(name, missed, last + 1)
+            read.next = last + 1
+            start = bisect_right(rows, last, cut, key=_SEQ)
+        if not self._deliver(connection, name, read, rows[start:]):
+            return
+        read.next = max(read.next, covered + 1)
         self.resume(connection, name)
+
+    def _deliver(
+        self, connection: Connection, name: str, read: RangeRead, rows: list[ChunkRow]
+    ) -> bool:
+        """Send C{rows} that match (none: nothing); False if the reader cannot take them now."""
+        if not rows:
+            return True
+        pattern = read.pattern
+        matched = rows if pattern is None else [r for r in rows if pattern.matches(r.subject)]
+        if matched:
+            if not connection.session.deliver_chunk(name, matched):
+                self._stalled.add(connection)  # read again once it drains
+                return False
+            if connection.credit is not None:
+                connection.credit -= len(matched)
+            self.delivered += len(matched)
+        read.next = rows[-1].seq + 1
+        return True
 
     def _read_failed(
         self, failure: Failure, connection: Connection, name: str, read: RangeRead
     ) -> None:
+        """The read failed, or its records could not be sent: the reader is told why."""
         read.reading = False
         _log.failure(
             "range read of stream {stream!r} for {connection} failed",
@@ -200,10 +225,16 @@ class Ranges:
         if connection.ranges.get(name) is read:
             del connection.ranges[name]
             if not connection.gone:
-                connection.session.error(
-                    mlm.INTERNAL_ERROR, f"internal error: reading stream {name!r} failed"
-                )
+                connection.session.error(mlm.INTERNAL_ERROR, failed_read(name, failure))
 
     def _gap(self, connection: Connection, name: str, missed: int, available: int) -> None:
         self.gaps += 1
         connection.lost_to_retention(name, missed, available)
+
+
+def failed_read(name: str, failure: Failure) -> str:
+    """What a reader is told of a read of stream C{name} that failed with C{failure}."""
+    error = failure.value
+    reason = getattr(error, "reason", None) if isinstance(error, StoreError) else None
+    why = reason or f"{type(error).__name__}: {error}"
+    return mlm.fit_string(f"internal error: reading stream {name!r} failed: {why}")

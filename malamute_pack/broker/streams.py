@@ -11,7 +11,11 @@ A reader that runs out of credit, or whose session cannot take a message
 take; with no journal to replay from, that message is missed (counted) by
 that reader only. Reading from the journal goes a batch at a time, only while the
 reader has credit, and ends when it has reached the stream's last sequence
-number, at which point it is live again: no gap, no duplicate.
+number, at which point it is live again: no gap, no duplicate. Records the
+journal cannot serve (found damaged, or lost with a damaged file: the
+store's C{lost}) are told to the reader as a gap in their place, never
+served and never skipped in silence; a read that fails, or whose records
+cannot be sent, is answered with ERROR 502 and its reason.
 
 Every delivery is one call of the reader's session with a L{StreamRecord};
 a live fan-out hands the same record to every reader, so each dialect
@@ -33,6 +37,7 @@ Tests: ``tests/unit/test_broker_model.py``, ``tests/unit/test_broker_durable.py`
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -47,6 +52,7 @@ from malamute_pack.broker.connection import Connection
 from malamute_pack.broker.errors import Refused
 from malamute_pack.broker.interests import Interests
 from malamute_pack.broker.limits import longer_than
+from malamute_pack.broker.ranges import failed_read
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.stream import Stream
 from malamute_pack.matching import PatternError, validate_pattern
@@ -448,12 +454,9 @@ class Streams:
         connection.behind[name] = through + 1
         connection.replaying.add(name)  # nothing else starts until it is read
         snapshot = self._snapshots[connection, name] = _Snapshot(through)
-        store.read_last_values(name).addCallbacks(
-            self._read_snapshot,
-            self._snapshot_failed,
-            callbackArgs=(connection, name, snapshot),
-            errbackArgs=(connection, name, snapshot),
-        )
+        store.read_last_values(name).addCallback(
+            self._read_snapshot, connection, name, snapshot
+        ).addErrback(self._snapshot_failed, connection, name, snapshot)
 
     def _read_snapshot(
         self, records: list[StreamRecord], connection: Connection, name: str, snapshot: _Snapshot
@@ -462,6 +465,12 @@ class Streams:
         if connection.gone:
             return
         if self._snapshots.get((connection, name)) is snapshot:  # else cancelled or moved since
+            store = self._store
+            assert store is not None
+            # Last values it cannot be served (damaged or lost): told as gaps.
+            for missed, last in store.lost(name, store.first_seq(name), snapshot.through):
+                self.gaps += 1
+                connection.lost_to_damage(name, missed, last + 1)
             matches = self.streams[name].readers.owner_matches
             address = connection.address
             snapshot.records = [
@@ -556,12 +565,9 @@ class Streams:
         # from disk later; either way _read_done continues from there
         # (nesting at most tail/batch deep).
         connection.replaying.add(name)
-        store.read_stream(name, wanted, self._replay_batch).addCallbacks(
-            self._read_done,
-            self._replay_failed,
-            callbackArgs=(connection, name),
-            errbackArgs=(connection, name),
-        )
+        store.read_stream(name, wanted, self._replay_batch).addCallback(
+            self._read_done, connection, name
+        ).addErrback(self._replay_failed, connection, name)
 
     def _read_done(self, records: list[StreamRecord], connection: Connection, name: str) -> None:
         connection.replaying.discard(name)
@@ -575,19 +581,26 @@ class Streams:
     ) -> None:
         stream = self.streams[name]
         behind = connection.behind
-        if not records:
+        store = self._store
+        assert store is not None
+        # What the journal cannot serve among what the read covered: a gap
+        # for each, in its place among the records.
+        covered = records[-1].seq if records else store.last_seq(name)
+        lost = deque(store.lost(name, behind[name], covered))
+        if not records and not lost:
             # Retained but unreadable (a journal batch failed): skip the hole.
-            assert self._store is not None
             _log.warn(
                 "stream {stream!r}: records from {seq} could not be read; skipped",
                 stream=name,
                 seq=behind[name],
             )
-            behind[name] = self._store.last_seq(name) + 1
+            behind[name] = store.last_seq(name) + 1
             return
         matches = stream.readers.owner_matches
         session = connection.session
         for record in records:
+            while lost and lost[0][0] <= record.seq:
+                self._damaged(connection, name, *lost.popleft())
             if record.seq < behind[name]:
                 continue
             own = record.sender != "" and record.sender == connection.address
@@ -606,12 +619,24 @@ class Streams:
                 stream.delivered += 1
                 self.delivered += 1
             behind[name] = record.seq + 1
+        while lost:
+            self._damaged(connection, name, *lost.popleft())
+
+    def _damaged(self, connection: Connection, name: str, missed: int, last: int) -> None:
+        """Tell C{connection} of records C{missed}..C{last}, not served, unless it is past them."""
+        behind = connection.behind
+        if last < behind[name]:
+            return
+        self.gaps += 1
+        connection.lost_to_damage(name, max(missed, behind[name]), last + 1)
+        behind[name] = last + 1
 
     def _gap(self, connection: Connection, name: str, missed: int, available: int) -> None:
         self.gaps += 1
         connection.lost_to_retention(name, missed, available)
 
     def _replay_failed(self, failure: Failure, connection: Connection, name: str) -> None:
+        """A read from the journal failed (or its records could not be sent): the reader is told."""
         connection.replaying.discard(name)
         _log.failure(
             "reading stream {stream!r} from the journal for {connection} failed",
@@ -619,3 +644,5 @@ class Streams:
             stream=name,
             connection=connection,
         )
+        if not connection.gone:
+            connection.session.error(mlm.INTERNAL_ERROR, failed_read(name, failure))

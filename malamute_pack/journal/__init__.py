@@ -16,7 +16,15 @@ This module re-exports the public API. Its modules:
 - C{writer}: the writer thread, the only code that writes (group commit).
 - C{inserts}: a batch's multi-row INSERTs, and the insert process that
   writes batches of many stream records outside the broker's GIL.
-- C{reads}: the SQL that reads a journal file.
+- C{checksums}: each record's CRC-32, computed where rows are written.
+- C{reads}: the SQL that reads a journal file, every record verified.
+- C{verify}: verified reads: damaged records left out and reported.
+- C{scan}: reading past what SQLite cannot read (bisection, rowid scans).
+- C{damage}: what the journal cannot serve (damaged, or lost in a salvage),
+  told to readers as gaps, logged and counted.
+- C{checking}: finding a damaged file as it opens (quick_check, checksums).
+- C{salvage}: a damaged file kept aside, what can be saved copied into a
+  new journal with the same identity, what was lost reported.
 - C{reader}: the reader thread that runs those reads.
 - C{replica}: a pair's replication hooks (positions, shipper, hold).
 - C{backlog}: backpressure: bytes handed to the writer and not yet back.

@@ -16,6 +16,9 @@ from malamute_pack.protocol.records import RetentionPolicy
 
 # SQLite's PRAGMA synchronous levels, weakest first.
 SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+# When the journal file is checked for damage as it opens
+# (malamute_pack.journal.checking): never, after an unclean stop, always.
+CHECKS_AT_OPEN: Final = ("never", "crash", "always")
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,10 @@ class JournalConfig:
     keeping at most ``last_value_subjects`` subjects. A batch of
     ``insert_process_rows`` stream records or more (and nothing else) is
     written by the writer's insert process, outside the broker's GIL
-    (:mod:`malamute_pack.journal.inserts`; 0: never).
+    (:mod:`malamute_pack.journal.inserts`; 0: never). ``check_at_open``
+    says when the file's pages and records are checked for damage as it
+    opens (:mod:`malamute_pack.journal.checking`): ``crash`` (after an
+    unclean stop, the default), ``always`` or ``never``.
     """
 
     commit_interval_s: float = 0.005
@@ -48,6 +54,7 @@ class JournalConfig:
     compacted: frozenset[str] = frozenset()
     last_value_subjects: int = 1_000_000
     insert_process_rows: int = 200
+    check_at_open: str = "crash"
 
     def __post_init__(self) -> None:
         for name in ("stream_synchronous", "queue_synchronous"):
@@ -67,6 +74,9 @@ class JournalConfig:
             raise ValueError(f"prune_chunk_rows must be at least 1: {self.prune_chunk_rows}")
         if self.last_value_subjects < 1:
             raise ValueError(f"last_value_subjects must be at least 1: {self.last_value_subjects}")
+        if self.check_at_open not in CHECKS_AT_OPEN:
+            checks = ", ".join(CHECKS_AT_OPEN)
+            raise ValueError(f"check_at_open must be one of {checks}: {self.check_at_open!r}")
         if self.insert_process_rows < 0:
             raise ValueError(
                 f"insert_process_rows must not be negative: {self.insert_process_rows}"

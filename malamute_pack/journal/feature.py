@@ -1,7 +1,8 @@
 """
 The journal as a feature of the broker (L{malamute_pack.feature}): its
 settings, C{--no-journal} and the C{malamute/journal/...} keys of a
-config file (commit, synchronous levels, pruning, retention, also per
+config file (commit, synchronous levels, pruning, the check for damage at
+open, retention, also per
 stream under C{malamute/journal/streams/<stream>/}), and the last-value
 streams (C{malamute/streams/<stream>/compact = subject}). Its service is no
 feature's own: the journal is the broker model's store, which
@@ -45,14 +46,19 @@ _KEYS: Final = {
     "crash_skip": "crash-skip",
     "stream_synchronous": "stream-synchronous",
     "queue_synchronous": "queue-synchronous",
+    "check_at_open": "check-at-open",
 }
 
 # A last-value stream (docs/protocol.md): its one value, the compaction.
 _COMPACT: Final = ("malamute/streams/", "/compact")
 SUBJECT: Final = "subject"
 
+# When the file is checked for damage as it opens (JournalConfig.check_at_open).
+_CHECK: Final = "check-at-open"
+
 CONFIG_KEYS: Final = (
     f"{_PREFIX}/enabled",
+    f"{_PREFIX}/{_CHECK}",
     *(f"{_PREFIX}/{key}" for key in (*_NUMBERS, *_LEVELS)),
     *(f"{_PREFIX}/retention/{key}" for key in _RETENTION_KEYS),
     *(f"{_PREFIX}/streams/*/{key}" for key in _RETENTION_KEYS),
@@ -104,6 +110,8 @@ def journal_config(config: ZplConfig, base: JournalConfig) -> JournalConfig:
         values = config.get(f"{_PREFIX}/{key}")
         if values:
             changes[key.replace("-", "_")] = values[-1].upper()
+    if (check := last(config, f"{_PREFIX}/{_CHECK}")) is not None:
+        changes["check_at_open"] = check.strip().lower()
     retention = _retention(config, f"{_PREFIX}/retention", base.retention)
     changes["retention"] = retention
     per_stream = dict(base.per_stream_retention)

@@ -55,7 +55,9 @@ class JournalCounters:
     Running totals, updated in the reactor thread as batches report back.
     ``errors`` counts failures of the journal (a batch, a prune);
     ``letters_refused`` and ``stream_records_dropped`` count records that
-    alone could not be written while the rest of their batch was.
+    alone could not be written while the rest of their batch was;
+    ``damaged_records`` the records and letters reads found damaged, each
+    once (:mod:`malamute_pack.journal.damage`).
     """
 
     batches: int = 0
@@ -65,6 +67,7 @@ class JournalCounters:
     errors: int = 0
     letters_refused: int = 0
     stream_records_dropped: int = 0
+    damaged_records: int = 0
 
 
 class HandOver:

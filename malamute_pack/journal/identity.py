@@ -7,10 +7,11 @@ The journal stores a random identity when it is created
 journal opens in a data directory, a small marker file there
 (``<data-dir>/journal.marker``, JSON) records the journal's path, identity
 and creation time. From then on, a journal that opens with a marker must be
-the one the marker names: a missing file, an empty (truncated) one, or one
-with another identity is refused with a :class:`JournalIdentityError`
-that says what happened and what to do: restore the file, or remove the
-marker to start afresh (or adopt the other journal) on purpose.
+the one the marker names: a missing file, or one with another identity, is
+refused with a :class:`JournalIdentityError` that says what happened and
+what to do: restore the file, or remove the marker to start afresh (or
+adopt the other journal) on purpose. An empty (truncated) file is damaged:
+it is salvaged with the marker's identity (:mod:`malamute_pack.journal.salvage`).
 
 The marker is deliberately not named like the journal, so that removing
 ``journal.sqlite*`` does not remove it too.

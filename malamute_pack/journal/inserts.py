@@ -23,6 +23,9 @@ the same ``synchronous`` level.
 On the pipes, each message is a 4-byte big-endian length and a marshalled
 value (both ends run the same interpreter). A request is ``(rows, stats,
 synchronous)``: the stream rows, the ``streams`` totals to add, the level.
+The process computes the rows' checksums itself
+(:mod:`malamute_pack.journal.checksums`, which it loads by its path), so
+that they cost the broker's GIL nothing.
 The answer is ``None`` once committed, or the error that stopped it as
 ``(class name, message)``, the transaction rolled back: the writer thread
 then writes that batch itself, and meets the same error with everything
@@ -37,21 +40,24 @@ Tests: ``tests/unit/test_journal_inserts.py``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import marshal
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any, Final
 
+# A stream row (records.StreamRow) and its checksum (checksums.with_checksums).
 INSERT_STREAM: Final = (
     "INSERT INTO stream_messages "
-    "(stream, seq, ts, sender, subject, content, bytes, origin, origin_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "(stream, seq, ts, sender, subject, content, bytes, origin, origin_seq, checksum) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 UPSERT_STREAM_STATS: Final = (
     "INSERT INTO streams (stream, last_seq, message_count, total_bytes) VALUES (?, ?, ?, ?) "
@@ -135,9 +141,10 @@ def write_stream_batch(
     most: int,
 ) -> None:
     """
-    In one transaction on C{conn}: stream C{rows} (C{most} per INSERT at
-    most) and the C{stats} (stream, last seq, records, bytes) added to the
-    ``streams`` totals. Raises what SQLite raises, the transaction rolled back.
+    In one transaction on C{conn}: stream C{rows}, each with its checksum
+    (L{INSERT_STREAM}'s columns; C{most} per INSERT at most), and the
+    C{stats} (stream, last seq, records, bytes) added to the ``streams``
+    totals. Raises what SQLite raises, the transaction rolled back.
     """
     conn.execute("BEGIN")
     try:
@@ -302,8 +309,18 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def serve(path: str, rows_per_insert: int, requests: IO[bytes], answers: IO[bytes]) -> None:
-    """Write each batch requested on C{requests}, answering on C{answers}, until they end."""
+def serve(
+    path: str,
+    rows_per_insert: int,
+    requests: IO[bytes],
+    answers: IO[bytes],
+    checksummed: Callable[[Sequence[tuple[Any, ...]]], list[tuple[Any, ...]]],
+) -> None:
+    """
+    Write each batch requested on C{requests}, its rows C{checksummed}
+    (L{malamute_pack.journal.checksums.with_checksums}), answering on
+    C{answers}, until they end.
+    """
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     synchronous = ""
@@ -321,7 +338,7 @@ def serve(path: str, rows_per_insert: int, requests: IO[bytes], answers: IO[byte
                         raise ValueError(f"not a synchronous level: {level!r}")
                     conn.execute(f"PRAGMA synchronous = {level}")
                     synchronous = level
-                write_stream_batch(conn, rows, stats, rows_per_insert)
+                write_stream_batch(conn, checksummed(rows), stats, rows_per_insert)
             except Exception as e:  # the writer thread writes it and meets the error itself
                 answer = (type(e).__name__, str(e))
             _write_message(answers, marshal.dumps(answer))
@@ -338,7 +355,24 @@ def main(argv: Sequence[str]) -> None:
     # registered adapter is found at once: 13% less a row to bind, measured.
     # The registry is the process's own: this process has no other use of it.
     sqlite3.register_adapter(bytes, bytearray)
-    serve(path, int(rows), sys.stdin.buffer, sys.stdout.buffer)
+    checksums = load_beside("checksums")
+    serve(path, int(rows), sys.stdin.buffer, sys.stdout.buffer, checksums.with_checksums)
+
+
+def load_beside(name: str) -> ModuleType:
+    """
+    The module C{name} of this file's directory, loaded by its path: this
+    process imports no package (C{-I -S}), and that module only the
+    standard library.
+    """
+    spec = importlib.util.spec_from_file_location(
+        f"_insert_process_{name}", Path(__file__).with_name(f"{name}.py")
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name}.py beside {__file__}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":

@@ -16,7 +16,16 @@ that never waits on disk, composed of parts with one job each:
 - reads of committed records (:mod:`malamute_pack.journal.reads`, the SQL),
   on a reader thread with its own connection
   (:mod:`malamute_pack.journal.reader`; WAL lets it read while the writer
-  writes);
+  writes); every record read is verified against its checksum
+  (:mod:`malamute_pack.journal.verify`), a damaged one left out and
+  remembered (:mod:`malamute_pack.journal.damage`: :meth:`Journal.lost`
+  says which stretches a read cannot serve, so the broker tells its
+  readers of gaps there; logged once, counted in ``damaged_records``);
+- a file found damaged as it opens is salvaged first
+  (:mod:`malamute_pack.journal.checking`, :mod:`malamute_pack.journal.salvage`;
+  :attr:`Journal.salvaged` says what was lost, and the stretches lost stay
+  told as gaps after restarts; a pair's partner fills them again,
+  :meth:`Journal.losses`, :meth:`Journal.forget_losses`);
 - replication hooks (:mod:`malamute_pack.journal.replica`);
 - backpressure (:mod:`malamute_pack.journal.backlog`) and retention, a
   ``LoopingCall`` that hands each prune to the writer thread
@@ -47,7 +56,7 @@ Tests: ``tests/unit/test_journal_journal.py``, ``tests/unit/test_journal_retenti
 ``tests/system/test_journal_durability.py``, ``tests/unit/test_journal_disk_full.py``,
 ``tests/unit/test_journal_isolation.py``, ``tests/unit/test_journal_origin.py``,
 ``tests/unit/test_journal_owners.py``, ``tests/unit/test_journal_last_values.py``,
-``tests/unit/test_journal_writer_failure.py``.
+``tests/unit/test_journal_writer_failure.py``, ``tests/unit/test_journal_damage.py``.
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
@@ -68,6 +77,7 @@ from twisted.python.failure import Failure
 from malamute_pack.journal import reads
 from malamute_pack.journal.backlog import Backlog
 from malamute_pack.journal.config import JournalConfig
+from malamute_pack.journal.damage import Damage
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.handover import HandOver, JournalCounters
 from malamute_pack.journal.last_values import Capture
@@ -76,7 +86,9 @@ from malamute_pack.journal.pruning import Pruning
 from malamute_pack.journal.reader import ReaderThread
 from malamute_pack.journal.records import QUEUED_KINDS
 from malamute_pack.journal.replica import Shipper
+from malamute_pack.journal.salvage import Salvage
 from malamute_pack.journal.sequencing import Sequencer, merge_tail
+from malamute_pack.journal.verify import Found
 from malamute_pack.journal.writer import (
     Barrier,
     CompactSet,
@@ -97,12 +109,14 @@ from malamute_pack.journal.writer import (
 )
 from malamute_pack.protocol.chunks import ChunkRow
 from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, StreamRecord, StreamRow
+from malamute_pack.text import plural
 
 __all__ = ["Journal", "JournalCounters", "Recovered", "Rows", "Shipper"]
 
 _log = Logger()
 
 Rows = list[tuple[Any, ...]]
+T = TypeVar("T")
 
 
 class _ThreadedReactor(Protocol):
@@ -140,6 +154,8 @@ class Journal:
         self._clock = cast(_ThreadedReactor, reactor)
         self._config = config if config is not None else JournalConfig()
         self.crashed = False
+        # What the salvage of a damaged file did when it last opened (None: none ran).
+        self.salvaged: Salvage | None = None
         self._sequence = Sequencer()
         self._backlog = Backlog()
         self._hand = HandOver(
@@ -148,6 +164,7 @@ class Journal:
         self._replica = self._hand.replica
         self._submit = self._hand.submit
         self._reader = ReaderThread(self._path, cast(IReactorFromThreads, reactor))
+        self._damage = Damage(str(self._path), self._clock.seconds, self._hand.counters)
         self._pruning = Pruning(reactor, self._hand, self._sequence, self._open_writer)
         # A close under way: who else asked for it waits for its end.
         self._closing: list[Deferred[None]] | None = None
@@ -232,11 +249,32 @@ class Journal:
         """
         if self._hand.writer is not None:
             raise JournalError(f"journal {self._path} is already open")
-        opened = open_journal(self._path, self._marker, self._config.crash_skip, takeover=takeover)
+        opened = open_journal(
+            self._path,
+            self._marker,
+            self._config.crash_skip,
+            takeover=takeover,
+            check=self._config.check_at_open,
+            now=self._clock.seconds,
+        )
         self.identity = opened.identity
         self.crashed = opened.crashed
+        if opened.salvage is not None:
+            self.salvaged = opened.salvage
+            self._log_salvage(opened.salvage)
         recovered = opened.recovered
-        self._sequence.recovered(recovered.streams, opened.last_id)
+        self._sequence.recovered(recovered.streams, opened.last_id, recovered.stream_floor)
+        self._damage.clear()
+        for stream, first, last, why in recovered.losses:
+            self._damage.add(stream, first, last, why, quiet=True)
+        self._damage.found(recovered.found, self._sequence.last_seq)
+        if recovered.losses and opened.salvage is None:
+            _log.warn(
+                "journal {path}: {n} of records lost in an earlier salvage of a damaged"
+                " journal: their readers are told of gaps",
+                path=str(self._path),
+                n=plural(len(recovered.losses), "stretch", "stretches"),
+            )
         self._reader.start(opened.reader)
         writer = JournalWriter(
             opened.conn,
@@ -255,6 +293,22 @@ class Journal:
             self._submit(CompactSet(self._config.compacted))
         self._pruning.start(self._config.prune_interval_s)
         return recovered
+
+    def _log_salvage(self, salvaged: Salvage) -> None:
+        _log.critical(
+            "journal {path} was damaged ({reason}): salvaged into a new journal with the same"
+            " identity; the damaged file is kept at {aside}. Lost:",
+            path=str(self._path),
+            reason=salvaged.reason,
+            aside=str(salvaged.aside),
+        )
+        for line in salvaged.report():
+            _log.error("journal {path} salvage: {line}", path=str(self._path), line=line)
+        _log.warn(
+            "journal {path} salvage: numbering jumps past every number the damaged file"
+            " showed, as after a crash; the lost records' readers are told of gaps",
+            path=str(self._path),
+        )
 
     def close(self) -> Deferred[None]:
         """
@@ -387,8 +441,11 @@ class Journal:
         snapshot, complete = self._sequence.read_tail(stream, from_seq, limit)
         if complete:
             return succeed(snapshot)
-        reading = self._reader.read(reads.stream_records, stream, from_seq, limit)
-        return reading.addCallback(merge_tail, snapshot, from_seq, limit)
+        found = Found()
+        reading = self._reader.read(reads.stream_records, stream, from_seq, limit, found)
+        return reading.addCallback(self._took, found).addCallback(
+            merge_tail, snapshot, from_seq, limit
+        )
 
     def read_rows(
         self, stream: str, from_seq: int, to_seq: int, limit: int, max_bytes: int
@@ -400,7 +457,42 @@ class Journal:
         """
         if limit <= 0 or from_seq > to_seq:
             return succeed([])
-        return self._reader.read(reads.chunk_rows, stream, from_seq, to_seq, limit, max_bytes)
+        found = Found()
+        reading = self._reader.read(
+            reads.chunk_rows, stream, from_seq, to_seq, limit, max_bytes, found
+        )
+        return reading.addCallback(self._took, found)
+
+    def _took(self, result: T, found: Found) -> T:
+        """A read's C{result}, once the damage it C{found} is known (and logged, counted)."""
+        if found:
+            self._damage.found(found, self._sequence.last_seq)
+        return result
+
+    def lost(self, stream: str, first: int, last: int) -> list[tuple[int, int]]:
+        """
+        The stretches of C{stream} in C{first}..C{last} (clipped to it, in
+        order) whose records cannot be served: found damaged by a read, or
+        lost in a salvage of a damaged file
+        (:mod:`malamute_pack.journal.damage`). A reader is told of each as
+        a gap.
+        """
+        return self._damage.lost(stream, first, last)
+
+    def losses(self) -> dict[str, int]:
+        """Per stream, the first number it cannot serve (a pair's partner may have it)."""
+        return self._damage.losses()
+
+    def forget_losses(self, streams: Sequence[str]) -> Deferred[list[Rows]]:
+        """
+        C{streams} were filled again (a pair's catch-up copied them from the
+        partner past their first loss): their stretches are forgotten, and
+        their salvage's losses leave the file.
+        """
+        self._damage.clear(streams)
+        return self.execute(
+            [("DELETE FROM journal_losses WHERE stream = ?", (stream,)) for stream in streams]
+        )
 
     def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
         """The first seq of ``stream`` with timestamp >= ``t`` (last_seq + 1 if none)."""
@@ -527,7 +619,10 @@ class Journal:
         """The queued records among C{ids} still stored, in id order."""
         if not ids:
             return succeed([])
-        return self._reader.read(reads.queued_by_ids, list(ids))
+        found = Found()
+        return self._reader.read(reads.queued_by_ids, list(ids), found).addCallback(
+            self._took, found
+        )
 
     # Owners of addresses.
 
@@ -637,8 +732,11 @@ class Journal:
         result: Deferred[list[StreamRecord]] = Deferred()
 
         def read() -> None:
+            found = Found()
             try:
-                reading = self._reader.read(reads.last_values, stream, capture.through, capture.old)
+                reading = self._reader.read(
+                    reads.last_values, stream, capture.through, capture.old, found
+                )
             except JournalError as e:
                 capture.open = False
                 result.errback(e)
@@ -646,7 +744,7 @@ class Journal:
 
             def got(records: list[StreamRecord]) -> None:
                 capture.open = False
-                result.callback(records)
+                result.callback(self._took(records, found))
 
             def failed(failure: Failure) -> None:
                 capture.open = False
@@ -817,7 +915,9 @@ class Journal:
         """
         if limit <= 0 or from_seq > to_seq:
             return succeed([])
-        return self._reader.read(reads.full_rows, stream, from_seq, to_seq, limit)
+        found = Found()
+        reading = self._reader.read(reads.full_rows, stream, from_seq, to_seq, limit, found)
+        return reading.addCallback(self._took, found)
 
     def read_append_keys(
         self, stream: str, from_seq: int, to_seq: int

@@ -7,6 +7,16 @@ it running, so that the next open knows whether this run crashed. After a
 crash, or at a pair's takeover, numbering jumps past what may have been
 handed out and never committed.
 
+A damaged file is never opened as it is: one shorter than SQLite's header
+(an empty one where the marker says a journal was made), one SQLite cannot
+read, or, after an unclean stop (``check_at_open``), one whose pages or
+records fail their checks (:mod:`malamute_pack.journal.checking`), or one
+SQLite fails on while it is opened and recovered, is salvaged
+(:mod:`malamute_pack.journal.salvage`): the damaged file is kept aside, a
+new one with the same identity holds what could be saved, and the open
+goes on with it (``Opened.salvage`` says what was lost). A letter damaged
+in a file that opens is left out of what is recovered (``Recovered.found``).
+
 Blocks on the disk: :meth:`Journal.open<malamute_pack.journal.journal.Journal.open>`
 calls it at startup.
 
@@ -16,10 +26,14 @@ Tests: ``tests/unit/test_journal_opening.py``.
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from malamute_pack.journal import reads
+from malamute_pack.journal.checking import damage_error, find_damage
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.identity import (
     Marker,
@@ -28,7 +42,16 @@ from malamute_pack.journal.identity import (
     read_marker,
     write_marker,
 )
-from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, journal_identity, migrate
+from malamute_pack.journal.salvage import Salvage, finish_interrupted, salvage
+from malamute_pack.journal.scan import describe
+from malamute_pack.journal.schema import (
+    QUEUED_LAST_ID,
+    RUNNING,
+    STREAM_FLOOR,
+    journal_identity,
+    migrate,
+)
+from malamute_pack.journal.verify import Found
 from malamute_pack.journal.writer import SET_COUNTER
 from malamute_pack.protocol.records import AppendKey, ConsumerPosition, QueuedRecord
 
@@ -57,6 +80,12 @@ class Recovered:
     owners: dict[str, tuple[str, float]] = field(default_factory=dict)
     # The positions of the consumers the broker remembers, least recently used first.
     consumers: list[ConsumerPosition] = field(default_factory=list)
+    # The stretches of stream records a salvage lost (stream, first, last, why).
+    losses: list[tuple[str, int, int, str]] = field(default_factory=list)
+    # Where the numbers of a stream the journal does not know start after.
+    stream_floor: int = 0
+    # The damage met while recovering (letters left out).
+    found: Found = field(default_factory=Found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,21 +102,61 @@ class Opened:
     identity: str
     crashed: bool
     last_id: int
+    # What a salvage of the damaged file did before it opened, if one ran.
+    salvage: Salvage | None = None
 
 
 def open_journal(
-    path: Path, marker: Path | None, crash_skip: int, *, takeover: bool = False
+    path: Path,
+    marker: Path | None,
+    crash_skip: int,
+    *,
+    takeover: bool = False,
+    check: str = "crash",
+    now: Callable[[], float] = time.time,
 ) -> Opened:
     """
     Open (creating or migrating) the journal at ``path``, checked against
     ``marker`` if there is one, and recover it; with ``takeover``, or after
-    a crash, numbering jumps ``crash_skip`` ahead. Raises JournalError.
+    a crash, numbering jumps ``crash_skip`` ahead. A damaged file (found as
+    ``check`` says, or met while opening) is salvaged first. Raises
+    JournalError.
     """
+    salvaged: Salvage | None = None
+    try:
+        finish_interrupted(path)
+        expected = _check_file(path, marker)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        why = find_damage(path, check, created=expected is not None)
+        if why is not None:
+            salvaged = _salvage(path, why, expected, crash_skip, now())
+        try:
+            opened = _open(path, marker, expected, crash_skip, takeover)
+        except (sqlite3.Error, ValueError, OverflowError) as exc:
+            if salvaged is not None or not damage_error(exc):
+                raise
+            # Damage the checks did not look for (a clean stop): salvaged now.
+            salvaged = _salvage(path, describe(exc), expected, crash_skip, now())
+            opened = _open(path, marker, expected, crash_skip, takeover)
+    except (sqlite3.Error, ValueError, OSError, JournalError) as exc:
+        if isinstance(exc, JournalError):
+            raise
+        raise JournalError.wrap(exc, path, "opening") from exc
+    return Opened(*opened, salvage=salvaged)
+
+
+def _salvage(path: Path, why: str, expected: Marker | None, crash_skip: int, now: float) -> Salvage:
+    identity = None if expected is None else expected.identity
+    return salvage(path, why, identity, crash_skip, now)
+
+
+def _open(
+    path: Path, marker: Path | None, expected: Marker | None, crash_skip: int, takeover: bool
+) -> tuple[sqlite3.Connection, sqlite3.Connection, Recovered, str, bool, int]:
+    """The journal at ``path`` opened and recovered; raises what SQLite raises."""
     conn: sqlite3.Connection | None = None
     reader: sqlite3.Connection | None = None
     try:
-        expected = _check_file(path, marker)
-        path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 10000")
         migrate(conn)
@@ -96,25 +165,24 @@ def open_journal(
         reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         reader.execute("PRAGMA busy_timeout = 10000")
         reader.execute("PRAGMA query_only = ON")
-    except (sqlite3.Error, ValueError, OSError, JournalError) as exc:
+    except BaseException:
         for c in (conn, reader):
             if c is not None:
                 c.close()
-        if isinstance(exc, JournalError):
-            raise
-        raise JournalError.wrap(exc, path, "opening") from exc
-    return Opened(conn, reader, recovered, identity, crashed, last_id)
+        raise
+    return conn, reader, recovered, identity, crashed, last_id
 
 
 def _check_file(path: Path, marker: Path | None) -> Marker | None:
     """
     The marker, if there is one; refuses a journal file that is missing
-    or empty where the marker says a journal was created.
+    where the marker says a journal was created (an empty one is damaged:
+    salvaged).
     """
     if marker is None:
         return None
     expected = read_marker(marker)
-    if expected is not None:
+    if expected is not None and not path.is_file():
         check_file(path, marker, expected)
     return expected
 
@@ -146,11 +214,13 @@ def recover(
     for stream, last_seq in reads.stream_lasts(conn):
         first = reads.first_retained(conn, stream)
         streams[stream] = (first if first is not None else last_seq + 1, last_seq)
-    queued = reads.all_queued(conn)
-    row = conn.execute(
-        "SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)
-    ).fetchone()
-    last_id = max(row[0] if row else 0, queued[-1].id if queued else 0)
+    found = Found()
+    queued = reads.all_queued(conn, found)
+    last_id = max(
+        _counter(conn, QUEUED_LAST_ID),
+        queued[-1].id if queued else 0,
+        max((rid for rid, _ in found.letters), default=0),
+    )
     crashed = conn.execute(
         "SELECT value FROM journal_counters WHERE name = ?", (RUNNING,)
     ).fetchone() not in (None, (0,))
@@ -176,7 +246,25 @@ def recover(
     owners = {
         address: (user, claimed) for address, user, claimed in reads.owners_page(conn, None, -1)
     }
+    losses: list[tuple[str, int, int, str]] = conn.execute(
+        "SELECT stream, first_seq, last_seq, reason FROM journal_losses ORDER BY stream, first_seq"
+    ).fetchall()
     recovered = Recovered(
-        streams, queued, appends, lasts, before_skip, pair, owners, reads.consumers(conn)
+        streams,
+        queued,
+        appends,
+        lasts,
+        before_skip,
+        pair,
+        owners,
+        reads.consumers(conn),
+        losses,
+        _counter(conn, STREAM_FLOOR),
+        found,
     )
     return recovered, crashed, last_id
+
+
+def _counter(conn: sqlite3.Connection, name: str) -> int:
+    row: Any = conn.execute("SELECT value FROM journal_counters WHERE name = ?", (name,)).fetchone()
+    return int(row[0]) if row else 0

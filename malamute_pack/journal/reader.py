@@ -3,7 +3,8 @@ The journal's reader thread: reads of committed records (the queries of
 :mod:`malamute_pack.journal.reads`) run there, on a connection of their
 own, while the writer thread writes (WAL lets them), and each fires a
 Deferred in the reactor thread. What SQLite fails with comes back as a
-JournalError.
+JournalError, whose ``reason`` says the read failed and why (for the
+reader's answer).
 
 Tests: ``tests/unit/test_journal_reader.py``.
 """
@@ -23,6 +24,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from malamute_pack.journal.errors import JournalError
+from malamute_pack.journal.scan import describe
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -72,8 +74,12 @@ class ReaderThread:
         return reading.addErrback(self._wrap_failure)
 
     def _wrap_failure(self, failure: Failure) -> Failure:
-        if isinstance(failure.value, sqlite3.Error | ValueError):
-            raise JournalError.wrap(failure.value, self._path, "reading") from failure.value
+        exc = failure.value
+        if isinstance(exc, sqlite3.Error | ValueError | OverflowError):
+            error = JournalError.wrap(exc, self._path, "reading")
+            # For the reader's answer: no path, the cause first.
+            error.reason = f"the journal read failed: {describe(exc)}"
+            raise error from exc
         return failure
 
     def stop(self) -> Deferred[None]:

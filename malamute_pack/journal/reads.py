@@ -10,8 +10,14 @@ thread, :mod:`malamute_pack.journal.reader`; its opening and recovery,
 A stream name SQLite cannot take (not valid UTF-8) has nothing stored: its
 records were dropped as they came, so a read of it finds nothing.
 
+Every read of records or letters verifies each one against its checksum
+(:mod:`malamute_pack.journal.verify`): a damaged one is left out and told
+to the read's ``found`` (a :class:`~malamute_pack.journal.verify.Found`),
+and where SQLite fails on a page the read goes on past it.
+
 Tests: ``tests/unit/test_journal_reads.py``, ``tests/unit/test_journal_origin.py``,
-``tests/unit/test_journal_last_values.py``, ``tests/system/test_spark_units.py``.
+``tests/unit/test_journal_last_values.py``, ``tests/system/test_spark_units.py``,
+``tests/unit/test_journal_damage.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ from itertools import accumulate, repeat
 from operator import add, attrgetter, itemgetter
 from typing import Any, Final, cast
 
+from malamute_pack.journal.scan import DAMAGE_ERRORS, MAX_KEY, describe
+from malamute_pack.journal.verify import (
+    CHECKSUM_MISMATCH,
+    SCAN_COLUMNS,
+    Found,
+    StreamScan,
+    record_good,
+    scan_all,
+    scan_letters,
+    verified_letters,
+)
 from malamute_pack.protocol.chunks import ChunkRow, decode_frames
 from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, StreamRecord, StreamRow
 
@@ -31,13 +48,6 @@ from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, Strea
 QUEUED_COLUMNS: Final = (
     "id, kind, address, sender, subject, tracker, deadline, created, content,"
     " relay_origin, relay_id"
-)
-
-# The records of a stream from one number to another, as bulk reads carry
-# them (LIMIT -1: all of them).
-RANGE: Final = (
-    "SELECT seq, ts, sender, subject, content FROM stream_messages "
-    "WHERE stream = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
 )
 
 # Each origin query names the origin index's condition (origin != ''):
@@ -64,6 +74,8 @@ _IDS_PER_QUERY = 500
 _FIRST_BLOCK: Final = 64
 _MAX_BLOCK: Final = 1024
 _CONTENT: Final = itemgetter(4)
+# A scan row's (verify.SCAN_COLUMNS) fields that a ChunkRow has.
+_CHUNK_FIELDS: Final = itemgetter(0, 1, 2, 3, 4)
 _SEQ: Final = attrgetter("seq")
 # What a row counts for besides its content, towards a chunk's byte cap.
 _ROW_OVERHEAD: Final = 64
@@ -129,87 +141,87 @@ def stream_totals(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
     return {stream: (count, size) for stream, count, size in rows}
 
 
-# Stream records.
-
-
-def range_cursor(
-    conn: sqlite3.Connection, stream: str, first: int, last: int, limit: int = -1
-) -> sqlite3.Cursor:
-    """
-    A cursor over the stored records of ``stream`` with ``first <= seq <=
-    last``, in order, up to ``limit`` (-1: all): rows of (seq, ts, sender,
-    subject, content), their content the frames as stored.
-    """
-    return conn.execute(RANGE, (stream, first, last, limit))
+# Stream records: every read verifies each record (malamute_pack.journal.verify)
+# and reports what it cannot serve to its Found.
 
 
 def chunk_rows(
-    conn: sqlite3.Connection, stream: str, first: int, last: int, limit: int, max_bytes: int
+    conn: sqlite3.Connection,
+    stream: str,
+    first: int,
+    last: int,
+    limit: int,
+    max_bytes: int,
+    found: Found | None = None,
 ) -> list[ChunkRow]:
     """
     The stored records of ``stream`` with ``first <= seq <= last``, in
     order, up to ``limit`` of them and about ``max_bytes`` of content (at
     least one): each row counts its content and 64 bytes, and the first
-    row that brings the count to ``max_bytes`` is the last.
+    row that brings the count to ``max_bytes`` is the last. Damaged
+    records are left out (told to ``found``).
 
-    Rows are fetched a block at a time and measured with builtins mapped
-    over the block: no Python statement runs per row (a range read serves
-    hundreds of thousands a second).
+    Rows are fetched and verified a block at a time and measured with
+    builtins mapped over the block: no Python statement runs per row (a
+    range read serves hundreds of thousands a second).
     """
-    try:
-        cursor = range_cursor(conn, stream, first, last, limit)
-    except UnicodeEncodeError:
-        return []
+    scan = StreamScan(conn, stream, first, last, Found() if found is None else found)
     rows: list[ChunkRow] = []
     size = 0
     wanted = _FIRST_BLOCK
-    while block := cursor.fetchmany(wanted):
-        # sizes[k]: the count after the first k rows of the block.
-        lengths = map(add, map(len, map(_CONTENT, block)), repeat(_ROW_OVERHEAD))
-        sizes = list(accumulate(lengths, initial=size))
-        end = bisect_left(sizes, max_bytes, 1)
-        rows.extend(map(_new_chunk_row, block[:end]))
-        if end < len(sizes):
-            break
-        size = sizes[-1]
-        # As many rows as the cap has room for at the average size so far.
-        wanted = min(_MAX_BLOCK, (max_bytes - size) * len(rows) // size + 1)
-    cursor.close()
+    try:
+        while len(rows) < limit and (block := scan.next_block(min(wanted, limit - len(rows)))):
+            # sizes[k]: the count after the first k rows of the block.
+            lengths = map(add, map(len, map(_CONTENT, block)), repeat(_ROW_OVERHEAD))
+            sizes = list(accumulate(lengths, initial=size))
+            end = bisect_left(sizes, max_bytes, 1)
+            rows.extend(map(_new_chunk_row, map(_CHUNK_FIELDS, block[:end])))
+            if end < len(sizes):
+                break
+            size = sizes[-1]
+            # As many rows as the cap has room for at the average size so far.
+            wanted = min(_MAX_BLOCK, (max_bytes - size) * len(rows) // size + 1)
+    except UnicodeEncodeError:  # a stream name SQLite cannot take: nothing stored
+        return []
+    finally:
+        scan.close()
     return rows
 
 
 def stream_records(
-    conn: sqlite3.Connection, stream: str, from_seq: int, limit: int
+    conn: sqlite3.Connection, stream: str, from_seq: int, limit: int, found: Found | None = None
 ) -> list[StreamRecord]:
-    """Up to ``limit`` stored records of ``stream`` with seq >= ``from_seq``, in order."""
+    """
+    Up to ``limit`` stored records of ``stream`` with seq >= ``from_seq``,
+    in order; damaged ones left out (told to ``found``).
+    """
+    found = Found() if found is None else found
     try:
-        rows = conn.execute(
-            "SELECT seq, ts, sender, subject, content, origin, origin_seq "
-            "FROM stream_messages WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
-            (stream, from_seq, limit),
-        )
+        rows = scan_all(conn, stream, from_seq, MAX_KEY, found, limit)
     except UnicodeEncodeError:
         return []
     return [
         StreamRecord(stream, seq, ts, sender, subject, decode_frames(content), origin, oseq)
-        for seq, ts, sender, subject, content, origin, oseq in rows
+        for seq, ts, sender, subject, content, origin, oseq, _ in rows
     ]
 
 
 # The records a stream keeps as last values, in sequence order (SQLite walks
 # the subquery's numbers in order: no sort).
 _LAST_VALUES: Final = (
-    "SELECT subject, seq, ts, sender, content, origin, origin_seq FROM stream_messages "
+    f"SELECT {SCAN_COLUMNS} FROM stream_messages "
     "WHERE stream = ?1 AND seq IN (SELECT seq FROM stream_last_values WHERE stream = ?1)"
 )
-_RECORD_AT: Final = (
-    "SELECT subject, seq, ts, sender, content, origin, origin_seq "
-    "FROM stream_messages WHERE stream = ? AND seq = ?"
-)
+_LAST_VALUE_SEQS: Final = "SELECT seq FROM stream_last_values WHERE stream = ? ORDER BY seq"
+_RECORD_AT: Final = f"SELECT {SCAN_COLUMNS} FROM stream_messages WHERE stream = ? AND seq = ?"
 
 
 def last_values(
-    conn: sqlite3.Connection, stream: str, through: int, older: Mapping[str, int]
+    conn: sqlite3.Connection,
+    stream: str,
+    through: int,
+    older: Mapping[str, int],
+    found: Found | None = None,
 ) -> list[StreamRecord]:
     """
     The latest record of each subject of the last-value stream ``stream``
@@ -217,32 +229,26 @@ def last_values(
     transaction. A subject whose kept record is later than ``through``
     gets its record ``older`` names (what the writer noted it was as of
     ``through``), if that one is still stored; without one it is left
-    out (it had no record by ``through``).
+    out (it had no record by ``through``). A damaged record is left out
+    (told to ``found``).
     """
+    found = Found() if found is None else found
     records: list[StreamRecord] = []
     later: list[int] = []
     conn.execute("BEGIN")
     try:
-        for subject, seq, ts, sender, content, origin, oseq in conn.execute(
-            _LAST_VALUES, (stream,)
-        ):
+        try:
+            rows = conn.execute(_LAST_VALUES, (stream,)).fetchall()
+        except DAMAGE_ERRORS:  # record by record, stepping over what cannot be read
+            rows = _rows_at(conn, stream, _seqs(conn, stream, found), found)
+        for row in _verified(stream, rows, found):
+            seq, subject = row[0], row[3]
             if seq <= through:
-                records.append(
-                    StreamRecord(
-                        stream, seq, ts, sender, subject, decode_frames(content), origin, oseq
-                    )
-                )
+                records.append(_record(stream, row))
             elif (before := older.get(subject)) is not None:
                 later.append(before)
-        for seq in later:
-            row = conn.execute(_RECORD_AT, (stream, seq)).fetchone()
-            if row is not None:  # else pruned meanwhile: it was superseded anyway
-                subject, seq, ts, sender, content, origin, oseq = row
-                records.append(
-                    StreamRecord(
-                        stream, seq, ts, sender, subject, decode_frames(content), origin, oseq
-                    )
-                )
+        # Pruned meanwhile, not found: it was superseded anyway.
+        records += [_record(stream, row) for row in _rows_at(conn, stream, later, found)]
     except UnicodeEncodeError:  # a stream name SQLite cannot take: nothing stored
         records = []
         later = []
@@ -253,20 +259,70 @@ def last_values(
     return records
 
 
+def _record(stream: str, row: tuple[Any, ...]) -> StreamRecord:
+    seq, ts, sender, subject, content, origin, oseq, _ = row
+    return StreamRecord(stream, seq, ts, sender, subject, decode_frames(content), origin, oseq)
+
+
+def _seqs(conn: sqlite3.Connection, stream: str, found: Found) -> list[int]:
+    """The last values' numbers of C{stream} (none if they cannot be read: C{found} says so)."""
+    try:
+        return [int(seq) for (seq,) in conn.execute(_LAST_VALUE_SEQS, (stream,))]
+    except DAMAGE_ERRORS as exc:
+        found.spans.append((stream, 1, MAX_KEY, f"its last values: {describe(exc)}"))
+        return []
+
+
+def _rows_at(
+    conn: sqlite3.Connection, stream: str, seqs: list[int], found: Found
+) -> list[tuple[Any, ...]]:
+    """The rows of C{stream} at C{seqs} that are stored, each read alone (verified later)."""
+    rows: list[tuple[Any, ...]] = []
+    for seq in seqs:
+        try:
+            row = conn.execute(_RECORD_AT, (stream, seq)).fetchone()
+        except DAMAGE_ERRORS as exc:
+            found.records.append((stream, seq))
+            found.spans.append((stream, seq, seq, describe(exc)))
+            continue
+        if row is not None:
+            rows += _verified(stream, [row], found)
+    return rows
+
+
+def _verified(stream: str, rows: list[tuple[Any, ...]], found: Found) -> list[tuple[Any, ...]]:
+    """The good rows of C{rows} (each alone: not a stretch of numbers); the others to C{found}."""
+    if not rows:
+        return []
+    good: list[tuple[Any, ...]] = []
+    for row in rows:
+        if record_good(stream, row):
+            good.append(row)
+        else:
+            found.records.append((stream, row[0]))
+            found.spans.append((stream, row[0], row[0], CHECKSUM_MISMATCH))
+    return good
+
+
 def full_rows(
-    conn: sqlite3.Connection, stream: str, from_seq: int, to_seq: int, limit: int
+    conn: sqlite3.Connection,
+    stream: str,
+    from_seq: int,
+    to_seq: int,
+    limit: int,
+    found: Found | None = None,
 ) -> list[StreamRow]:
     """
     The stored rows of ``stream`` with ``from_seq <= seq <= to_seq``, in
-    order, up to ``limit``, as the writer inserts them.
+    order, up to ``limit``, as the writer inserts them; damaged ones left
+    out (told to ``found``).
     """
-    rows = conn.execute(
-        "SELECT stream, seq, ts, sender, subject, content, bytes, origin, origin_seq "
-        "FROM stream_messages WHERE stream = ? AND seq >= ? AND seq <= ? "
-        "ORDER BY seq LIMIT ?",
-        (stream, from_seq, to_seq, limit),
-    ).fetchall()
-    return cast(list[StreamRow], rows)
+    found = Found() if found is None else found
+    rows = scan_all(conn, stream, from_seq, to_seq, found, limit)
+    return [
+        (stream, seq, ts, sender, subject, content, len(content), origin, oseq)
+        for seq, ts, sender, subject, content, origin, oseq, _ in rows
+    ]
 
 
 def append_keys(
@@ -314,24 +370,52 @@ def queued_record(row: tuple[Any, ...]) -> QueuedRecord:
     )
 
 
-def all_queued(conn: sqlite3.Connection) -> list[QueuedRecord]:
-    """Every queued record stored, in id order."""
-    rows = conn.execute(f"SELECT {QUEUED_COLUMNS} FROM queued_messages ORDER BY id")
-    return [queued_record(row) for row in rows]
+def all_queued(conn: sqlite3.Connection, found: Found | None = None) -> list[QueuedRecord]:
+    """
+    Every queued record stored, in id order; damaged ones left out (told to
+    ``found``), and what cannot be read stepped over.
+    """
+    return scan_letters(conn, QUEUED_COLUMNS, Found() if found is None else found, queued_record)
 
 
-def queued_by_ids(conn: sqlite3.Connection, ids: list[int]) -> list[QueuedRecord]:
-    """The queued records among ``ids`` still stored, in id order."""
-    found: list[QueuedRecord] = []
+def queued_by_ids(
+    conn: sqlite3.Connection, ids: list[int], found: Found | None = None
+) -> list[QueuedRecord]:
+    """
+    The queued records among ``ids`` still stored, in id order; damaged ones
+    left out (told to ``found``).
+    """
+    found = Found() if found is None else found
+    made: list[QueuedRecord] = []
     for start in range(0, len(ids), _IDS_PER_QUERY):
         part = ids[start : start + _IDS_PER_QUERY]
         marks = ",".join("?" * len(part))
-        rows = conn.execute(
-            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id IN ({marks}) ORDER BY id",
-            part,
-        )
-        found.extend(map(queued_record, rows))
-    return found
+        try:
+            rows = conn.execute(
+                f"SELECT {QUEUED_COLUMNS}, checksum FROM queued_messages"
+                f" WHERE id IN ({marks}) ORDER BY id",
+                part,
+            ).fetchall()
+        except DAMAGE_ERRORS:
+            rows = _letters_alone(conn, sorted(part), found)
+        made += verified_letters(rows, found, queued_record)
+    return made
+
+
+def _letters_alone(conn: sqlite3.Connection, ids: list[int], found: Found) -> list[tuple[Any, ...]]:
+    """The letters C{ids} read one by one: those SQLite cannot read go to C{found}."""
+    rows: list[tuple[Any, ...]] = []
+    for rid in ids:
+        try:
+            row = conn.execute(
+                f"SELECT {QUEUED_COLUMNS}, checksum FROM queued_messages WHERE id = ?", (rid,)
+            ).fetchone()
+        except DAMAGE_ERRORS as exc:
+            found.letters.append((rid, describe(exc)))
+            continue
+        if row is not None:
+            rows.append(row)
+    return rows
 
 
 def owners_page(

@@ -24,8 +24,9 @@ Tables:
 - ``queued_messages``: mailbox and service-queue messages until confirmed;
   ``relay_origin`` and ``relay_id`` say which pack peer handed one over
   (its broker id and its own id for it; '' and 0 for the others).
-- ``journal_counters``: named high-water marks (``queued_last_id``) and the
-  ``running`` flag that tells a crash from a clean close.
+- ``journal_counters``: named high-water marks (``queued_last_id``; after a
+  salvage that lost streams' names, ``stream_floor``, where the numbers of
+  a stream it does not know start) and the ``running`` flag that tells a crash from a clean close.
 - ``journal_identity``: one row, the journal's identity (a random id made
   when the journal was created, or when an older journal got this table)
   and that time; the data directory's marker
@@ -40,6 +41,12 @@ Tables:
 - ``stream_last_values``: for a last-value stream (``streams.compact`` is
   ``subject``), the sequence number of the latest record of each subject;
   retention never removes those records.
+- ``stream_messages.checksum`` and ``queued_messages.checksum``: each
+  record's CRC-32 (:mod:`malamute_pack.journal.checksums`), NULL for rows
+  written before migration 10 (not verifiable).
+- ``journal_losses``: the ranges of stream records a salvage of a damaged
+  journal could not copy (:mod:`malamute_pack.journal.salvage`), with when
+  and why; reads tell their readers of them as gaps.
 - ``pair_state``: named values of a broker in a primary/backup pair
   (:mod:`malamute_pack.pair`): the epoch this journal follows or leads,
   its leader, and where the last takeover began (JSON).
@@ -72,6 +79,10 @@ with blocked_imports("pandas", "numpy"):
     from sqlite_utils import Database
 
 QUEUED_LAST_ID: Final = "queued_last_id"
+# The sequence numbers a stream the journal does not know starts after: set
+# by a salvage that could not read every stream's name and number
+# (malamute_pack.journal.salvage), so that no number is given twice.
+STREAM_FLOOR: Final = "stream_floor"
 # 1 while a journal has the database open, 0 after a clean close: finding 1
 # at open means the last run crashed.
 RUNNING: Final = "running"
@@ -223,6 +234,25 @@ def _add_stream_last_values(db: Database) -> None:
     db.table("streams").add_column("compact", str, not_null_default="")
 
 
+def _add_checksums(db: Database) -> None:
+    # Each record's CRC-32 (malamute_pack.journal.checksums), computed where
+    # it is written and checked by every read. NULL for the rows written
+    # before: they cannot be verified.
+    db.table("stream_messages").add_column("checksum", int)
+    db.table("queued_messages").add_column("checksum", int)
+
+
+def _add_losses(db: Database) -> None:
+    # The ranges of stream records a salvage of a damaged journal could not
+    # copy (malamute_pack.journal.salvage): readers are told of them as gaps.
+    db.table("journal_losses").create(
+        {"stream": str, "first_seq": int, "last_seq": int, "found": float, "reason": str},
+        pk=("stream", "first_seq"),
+        not_null={"stream", "first_seq", "last_seq", "found", "reason"},
+        strict=True,
+    )
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
@@ -233,6 +263,8 @@ MIGRATIONS: Final[Sequence[Migration]] = (
     _add_pair_state,
     _add_stream_consumers,
     _add_stream_last_values,
+    _add_checksums,
+    _add_losses,
 )
 
 

@@ -38,13 +38,21 @@ class Sequencer:
         self._first_seq: dict[str, int] = {}
         self._tails: dict[str, list[StreamRow]] = {}
         self._next_id = 1
+        # The first number of a stream it does not know (1, unless a salvage
+        # lost the names of some streams: malamute_pack.journal.salvage).
+        self._start = 1
 
-    def recovered(self, streams: dict[str, tuple[int, int]], last_id: int) -> None:
-        """Start from what the journal holds: per stream (first, last), and the last id."""
+    def recovered(self, streams: dict[str, tuple[int, int]], last_id: int, floor: int = 0) -> None:
+        """
+        Start from what the journal holds: per stream (first, last), the
+        last id, and where the numbers of a stream it does not know start
+        after (C{floor}).
+        """
         self._next_seq = {stream: last + 1 for stream, (_, last) in streams.items()}
         self._first_seq = {stream: first for stream, (first, _) in streams.items()}
         self._tails = {}
         self._next_id = last_id + 1
+        self._start = floor + 1
 
     def stream_names(self) -> list[str]:
         """Every stream numbered so far (recovered or since), sorted."""
@@ -63,7 +71,7 @@ class Sequencer:
         origin_seq: int,
     ) -> StreamRow:
         """The row of the next record of ``stream``, numbered and in its tail."""
-        seq = self._next_seq.get(stream, 1)
+        seq = self._next_seq.get(stream, self._start)
         self._next_seq[stream] = seq + 1
         if stream not in self._first_seq:
             self._first_seq[stream] = seq
@@ -82,7 +90,7 @@ class Sequencer:
         timestamp: float,
     ) -> list[StreamRow]:
         """The rows of ``records`` (subject, frames), numbered in turn and in the tail."""
-        first = self._next_seq.get(stream, 1)
+        first = self._next_seq.get(stream, self._start)
         self._next_seq[stream] = first + len(records)
         if stream not in self._first_seq:
             self._first_seq[stream] = first
@@ -106,11 +114,11 @@ class Sequencer:
 
     def first_seq(self, stream: str) -> int:
         """The first sequence number ``stream`` still retains (last_seq + 1 if none)."""
-        return self._first_seq.get(stream, 1)
+        return self._first_seq.get(stream, self._start)
 
     def last_seq(self, stream: str) -> int:
         """The last sequence number assigned in ``stream`` (0 for an unknown stream)."""
-        return self._next_seq.get(stream, 1) - 1
+        return self._next_seq.get(stream, self._start) - 1
 
     def durable_seq(self, stream: str) -> int:
         """The last sequence number of ``stream`` whose record is committed (0 for none)."""
@@ -133,7 +141,7 @@ class Sequencer:
 
     def forget_before(self, stream: str, first: int) -> None:
         """``stream`` retains nothing before ``first``."""
-        if first > self._first_seq.get(stream, 1):
+        if first > self._first_seq.get(stream, self._start):
             self._first_seq[stream] = first
 
     def pruned(self, first_seq: dict[str, int]) -> None:
@@ -155,7 +163,7 @@ class Sequencer:
     def note_counters(self, lasts: dict[str, int], last_id: int) -> None:
         """Numbers handed out elsewhere (a pair's partner): never hand them out here."""
         for stream, last in lasts.items():
-            if last >= self._next_seq.get(stream, 1):
+            if last >= self._next_seq.get(stream, self._start):
                 self._next_seq[stream] = last + 1
         self._next_id = max(self._next_id, last_id + 1)
 
@@ -163,19 +171,19 @@ class Sequencer:
 
     def follow_row(self, stream: str, seq: int) -> None:
         """A record numbered ``seq`` on ``stream`` elsewhere."""
-        if seq >= self._next_seq.get(stream, 1):
+        if seq >= self._next_seq.get(stream, self._start):
             self._next_seq[stream] = seq + 1
         self._first_seq.setdefault(stream, seq)
 
     def follow_append(self, stream: str, first: int, last: int) -> None:
         """Records ``first`` to ``last`` of ``stream``, numbered elsewhere."""
-        self._next_seq[stream] = max(self._next_seq.get(stream, 1), last + 1)
+        self._next_seq[stream] = max(self._next_seq.get(stream, self._start), last + 1)
         self._first_seq.setdefault(stream, first)
 
     def follow_delete(self, stream: str, through: int) -> None:
         """``stream`` deleted through ``through`` elsewhere."""
         self.forget_before(stream, through + 1)
-        if through >= self._next_seq.get(stream, 1):
+        if through >= self._next_seq.get(stream, self._start):
             self._next_seq[stream] = through + 1
 
     def follow_id(self, rid: int) -> None:

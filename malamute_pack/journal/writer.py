@@ -7,7 +7,10 @@ Group commit: the thread blocks for a first operation, gathers more until
 passed since the first, and writes them in one transaction, setting
 ``PRAGMA synchronous`` first to the strongest level any of them needs.
 Each batch's outcome (what committed, every ``on_durable`` callback, or the
-error) goes back to the reactor in one ``callFromThread``. A batch of many
+error) goes back to the reactor in one ``callFromThread``. Every stream
+record and letter is written with its checksum
+(:mod:`malamute_pack.journal.checksums`), computed here (or by the insert
+process), never in the reactor thread. A batch of many
 stream records alone (a flood's) is prepared with no loop over its records
 in Python and written by the writer's insert process, outside the broker's
 GIL (:mod:`malamute_pack.journal.inserts`); the thread waits for its COMMIT
@@ -93,6 +96,7 @@ from typing import Any, Final, TypeAlias, cast
 
 from twisted.logger import Logger
 
+from malamute_pack.journal.checksums import CHECKSUM_ERRORS, letter_checksum, with_checksums
 from malamute_pack.journal.config import SYNCHRONOUS_LEVELS, JournalConfig
 from malamute_pack.journal.errors import JournalError, WriterFailed, storage_failure
 from malamute_pack.journal.inserts import (
@@ -190,8 +194,8 @@ def _insert_isolated(
 _INSERT_QUEUED: Final = (
     "INSERT INTO queued_messages "
     "(id, kind, address, sender, subject, tracker, deadline, created, content,"
-    " relay_origin, relay_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " relay_origin, relay_id, checksum) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
 _INSERT_APPEND_KEY: Final = (
@@ -219,6 +223,17 @@ _LESS_TOTALS: Final = (
 )
 
 
+def _letter_checksum(letter: tuple[Any, ...]) -> int | None:
+    """
+    A letter row's checksum; None for a row whose values are not a letter's
+    types (SQLite refuses it alone, with its own reason).
+    """
+    try:
+        return letter_checksum(letter)
+    except CHECKSUM_ERRORS:
+        return None
+
+
 def _delete_records(conn: sqlite3.Connection, delete: StreamDelete) -> None:
     """A stream's records up to C{delete.through}, off its totals; what went, on C{delete}."""
     count, size = conn.execute(_COUNT_DELETED, (delete.stream, delete.through)).fetchone()
@@ -243,7 +258,7 @@ def _write_append(conn: sqlite3.Connection, append: StreamAppend, most: int) -> 
     An append's records (C{most} rows per INSERT at most, L{insert_all}),
     its key, and the keys it makes the journal forget.
     """
-    insert_all(conn, INSERT_STREAM, append.rows, most)
+    insert_all(conn, INSERT_STREAM, with_checksums(append.rows), most)
     conn.execute(_INSERT_APPEND_KEY, append.key)
     if append.forget:
         conn.executemany(_DELETE_APPEND_KEY, append.forget)
@@ -943,11 +958,7 @@ class JournalWriter:
                 self._unsaved_queued_last = max(self._unsaved_queued_last, r.id)
                 try:
                     blob = encode_frames(r.content)
-                except ValueError as exc:  # a frame too large to store
-                    refused.append((op.on_durable, self._refused(exc, r.id, r.kind, r.address)))
-                    continue
-                queued_rows.append(
-                    (
+                    letter = (
                         r.id,
                         r.kind,
                         r.address,
@@ -960,7 +971,11 @@ class JournalWriter:
                         r.relay_origin,
                         r.relay_id,
                     )
-                )
+                    checksum = _letter_checksum(letter)
+                except ValueError as exc:  # a frame too large to store
+                    refused.append((op.on_durable, self._refused(exc, r.id, r.kind, r.address)))
+                    continue
+                queued_rows.append((*letter, checksum))
                 callbacks.append(op.on_durable)
                 written_bytes += len(blob)
                 level = max(level, self._queue_level)
@@ -1098,7 +1113,7 @@ class JournalWriter:
         self._set_synchronous(p.level)
         conn.execute("BEGIN")
         if p.stream_rows:
-            insert_all(conn, INSERT_STREAM, p.stream_rows, self._stream_chunk)
+            insert_all(conn, INSERT_STREAM, with_checksums(p.stream_rows), self._stream_chunk)
         if stats_rows:
             conn.executemany(UPSERT_STREAM_STATS, stats_rows)
         if p.queued_rows:
@@ -1130,7 +1145,7 @@ class JournalWriter:
         p.kept = Pending()  # the first try's changes were rolled back
         self._set_synchronous(p.level)
         conn.execute("BEGIN")
-        bad_streams = _insert_isolated(conn, INSERT_STREAM, p.stream_rows)
+        bad_streams = _insert_isolated(conn, INSERT_STREAM, with_checksums(p.stream_rows))
         bad_queued = _insert_isolated(conn, _INSERT_QUEUED, p.queued_rows)
         dropped: list[Dropped] = []
         written_stats: dict[str, list[int]] = {}  # stream -> [records, bytes] written

@@ -119,6 +119,7 @@ _JOURNAL: Final = (
     ("bytes_written", "bytes_written", True, "Bytes written."),
     ("errors", "errors", True, "Write errors."),
     ("pruned", "pruned", True, "Records removed by retention."),
+    ("damaged_records", "damaged_records", True, "Records and letters found damaged, not served."),
 )
 
 

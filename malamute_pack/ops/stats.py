@@ -33,6 +33,7 @@ from malamute_pack.broker.letters import LetterQueue
 from malamute_pack.broker.limits import Limits
 from malamute_pack.feature import Shown
 from malamute_pack.journal import Journal
+from malamute_pack.journal.salvage import Salvage
 from malamute_pack.ops.config import OpsView
 from malamute_pack.ops.rates import Rates
 
@@ -415,9 +416,12 @@ class Statistics:
                 "errors": None,
                 "pruned": None,
                 "writer_failure": None,
+                "damaged_records": None,
+                "salvage": None,
             }
         counters = journal.counters
         failure = journal.writer_failure
+        salvaged = journal.salvaged
         latencies = sorted(journal.commit_latencies)
         latency = (
             {
@@ -442,6 +446,10 @@ class Statistics:
             "pruned": counters.pruned,
             # Why every write fails (its writer broke on a bug), else None.
             "writer_failure": None if failure is None else str(failure),
+            # Records and letters reads found damaged (each once): never served.
+            "damaged_records": counters.damaged_records,
+            # The salvage of a damaged file at the last open, if one ran.
+            "salvage": None if salvaged is None else salvage_section(salvaged),
         }
 
     def limits(self) -> dict[str, Any]:
@@ -483,6 +491,23 @@ def client_id(connection: Connection) -> str:
     if isinstance(route, bytes):
         return route.hex()
     return f"x{id(connection):x}"
+
+
+def salvage_section(salvaged: Salvage) -> dict[str, Any]:
+    """What the journal section shows of a salvage of a damaged file."""
+    return {
+        "reason": salvaged.reason,
+        "damaged_file": str(salvaged.aside),
+        "lost_records": {
+            stream: [list(stretch) for stretch in stretches]
+            for stream, stretches in sorted(salvaged.lost.items())
+        },
+        "lost_letters": list(salvaged.letters),
+        "unreadable_rows": dict(salvaged.unreadable),
+        "lost_rows": {
+            table: [list(key) for key in keys] for table, keys in sorted(salvaged.lost_rows.items())
+        },
+    }
 
 
 def _file_size(path: str) -> int | None:

@@ -12,7 +12,10 @@ The protocol:
 1. The passive sends HELLO: the history (epoch) it follows, the last
    sequence number it holds per stream, its letters' ids. Its epoch is
    empty when it never finished a catch-up of its current history: it then
-   starts again from nothing.
+   starts again from nothing. A stream its journal lost records of (a
+   damaged file, salvaged: L{Journal.losses}) it says it holds only up to
+   before its first loss; it cuts that stream back there when the catch-up
+   begins, and forgets the losses once it has caught up.
 2. The active numbers a new link, hands its outbox to its writer, and from
    the next write on ships every batch (SHIP, numbered by position in the
    order of writes). Then, at exactly that point of the writes, it takes a
@@ -626,6 +629,8 @@ class Replica:
         self._deleted: dict[str, int] = {}
         self._claimed: set[str] = set()
         self._consumed: set[tuple[str, str, str]] = set()
+        # The streams whose losses the catch-up under way fills again.
+        self._refilling: list[str] = []
         self._items_applied = 0
         self._end: int | None = None  # CATCHUP_END's position, until caught up
         self._flushing = False
@@ -676,6 +681,11 @@ class Replica:
         state = dict(rows[0])
         epoch = state.get(EPOCH, "") if state.get(COMPLETE) == "1" else ""
         streams = {str(s): int(last) for s, last in rows[1] if last is not None}
+        # A stream this journal lost records of (a salvage of a damaged
+        # file): the active copies it again from before its first loss.
+        for stream, first in self._journal.losses().items():
+            if stream in streams:
+                streams[stream] = min(streams[stream], first - 1)
         ids = [int(row[0]) for row in rows[2]]
         last_id = int(rows[3][0][0]) if rows[3] else 0
         self._send(wire.Hello(self._incarnation, epoch, last_id, streams, ids))
@@ -722,7 +732,15 @@ class Replica:
                 ("DELETE FROM streams", ()),
                 ("DELETE FROM queued_messages", ()),
             ]
-        for stream, last in message.truncate.items():
+        # Streams this journal lost records of: cut back to before the first
+        # loss, and filled again from the active (as its HELLO said).
+        cuts = dict(message.truncate)
+        losses = journal.losses()
+        if message.mode != wire.FULL:
+            for stream, first in losses.items():
+                cuts[stream] = min(cuts.get(stream, first - 1), first - 1)
+        self._refilling = sorted(losses)
+        for stream, last in cuts.items():
             statements += [
                 ("DELETE FROM stream_messages WHERE stream = ? AND seq > ?", (stream, last)),
                 ("DELETE FROM stream_appends WHERE stream = ? AND last_seq > ?", (stream, last)),
@@ -865,6 +883,9 @@ class Replica:
             if claim.address not in claimed
         ]
 
+    def _forget_failed(self, failure: Failure) -> None:
+        _log.error("pair: forgetting the losses filled again failed: {e}", e=failure.value)
+
     def _page_failed(self, failure: Failure) -> None:
         _log.error("pair: removing owners the active does not have failed: {e}", e=failure.value)
 
@@ -930,4 +951,13 @@ class Replica:
         self.in_sync = True
         self._end = None
         _log.info("pair: caught up with the active")
+        refilled, self._refilling = self._refilling, []
+        if refilled:
+            # Filled again from the active: nothing of them is lost any more.
+            self._journal.forget_losses(refilled).addErrback(self._forget_failed)
+            _log.info(
+                "pair: the records this journal lost (a damaged file, salvaged) were copied"
+                " again from the active: {streams}",
+                streams=", ".join(map(repr, refilled)),
+            )
         self._send(wire.CaughtUp(link, position))

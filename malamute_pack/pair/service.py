@@ -220,7 +220,9 @@ class PairService(Service):
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
         self._recovered = found
-        self._leads = found.pair.get(LEADER) == self.role.value
+        # A journal that lost records (a damaged file, salvaged) leads no
+        # history: its partner's copy is the whole one.
+        self._leads = found.pair.get(LEADER) == self.role.value and not found.losses
 
     @property
     def epoch(self) -> str:

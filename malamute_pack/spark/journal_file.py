@@ -11,29 +11,50 @@ The file is opened read-only (SQLite ``mode=ro``), so a journal a broker
 is using can be read too (WAL readers do not block its writer). As the
 broker does, a read that asks for numbers retention already removed gets a
 L{RangeGap} for them first, and a pattern is matched here with the
-broker's own matching engine.
+broker's own matching engine. Every record is verified as the broker
+verifies it (:mod:`malamute_pack.journal.verify`): a damaged one is never
+read as good, and the stretch it leaves is a L{DamagedRange} (a
+L{RangeGap} that says why) in its place.
 
-Tests: ``tests/system/test_spark_units.py``, ``tests/system/test_spark.py``.
+Tests: ``tests/system/test_spark_units.py``, ``tests/system/test_spark.py``,
+``tests/unit/test_journal_damage.py``.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import urllib.parse
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from malamute_pack.client.bulk import ChunkDecoder, RangeChunk, RangeGap, StreamStatus, range_chunk
 from malamute_pack.journal import reads
+from malamute_pack.journal.verify import Found, StreamScan
+from malamute_pack.matching import Pattern
 from malamute_pack.matching.patterns import parse_pattern
 from malamute_pack.protocol import mlm
 from malamute_pack.protocol.chunks import ChunkRow, encode_chunk
 
 CHUNK_RECORDS: Final = 4096
+_SEQ: Final = itemgetter(0)
 
 C = TypeVar("C")
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedRange(RangeGap):
+    """
+    Records C{missed} to C{available - 1} are damaged in the journal file
+    (their checksums do not match, or SQLite cannot read them: C{why}):
+    not read, reported as a gap.
+    """
+
+    why: str = ""
 
 
 class JournalFileError(Exception):
@@ -119,10 +140,33 @@ class JournalFile:
             yield RangeGap(stream, first, min(status.first, last + 1))
             first = status.first
         matcher = parse_pattern(pattern) if pattern else None
-        cursor = reads.range_cursor(self._conn, stream, first, last)
-        while block := cursor.fetchmany(self._chunk_records):
-            rows = [ChunkRow._make(row) for row in block]
-            if matcher is not None:
-                rows = [row for row in rows if matcher.matches(row.subject)]
-            if rows:
-                yield decode(stream, encode_chunk(rows), len(rows))[0]
+        found = Found()
+        scan = StreamScan(self._conn, stream, first, last, found)
+        try:
+            while block := scan.next_block(self._chunk_records):
+                start = 0
+                # Stretches it cannot serve, each in its place among the records.
+                spans, found.spans = sorted(found.spans), []
+                for _, missed, upto, why in spans:
+                    cut = bisect_left(block, missed, start, key=_SEQ)
+                    yield from self._chunk(stream, block[start:cut], matcher, decode)
+                    yield DamagedRange(stream, missed, upto + 1, why)
+                    start = bisect_right(block, upto, cut, key=_SEQ)
+                yield from self._chunk(stream, block[start:], matcher, decode)
+            for _, missed, upto, why in sorted(found.spans):
+                yield DamagedRange(stream, missed, upto + 1, why)
+        finally:
+            scan.close()
+
+    @staticmethod
+    def _chunk(
+        stream: str,
+        block: list[tuple[Any, ...]],
+        matcher: Pattern | None,
+        decode: ChunkDecoder[C],
+    ) -> Iterator[C]:
+        rows = [ChunkRow._make(row[:5]) for row in block]
+        if matcher is not None:
+            rows = [row for row in rows if matcher.matches(row.subject)]
+        if rows:
+            yield decode(stream, encode_chunk(rows), len(rows))[0]

@@ -10,7 +10,9 @@ when the read ends. Records retention removed before they were read
 the numbers lost, or with ``failOnDataLoss`` false are reported as a
 L{RecordsLostWarning} (Python ``warnings``, which the executor's log shows)
 and the read goes on. A broker that stops answering fails the read with
-its L{BrokerUnreachableError}: never a silent short read.
+its L{BrokerUnreachableError}: never a silent short read. Records damaged
+in a journal file (a L{DamagedRange}) are reported the same way, saying
+so.
 
 Tests: ``tests/system/test_spark_units.py``, ``tests/system/test_spark.py``.
 """
@@ -35,7 +37,7 @@ from malamute_pack.client.bulk import (
 )
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.spark.chunk_arrow import chunk_record_batch
-from malamute_pack.spark.journal_file import JournalFile
+from malamute_pack.spark.journal_file import DamagedRange, JournalFile
 from malamute_pack.spark.options import Position, Target
 
 C = TypeVar("C")
@@ -76,11 +78,24 @@ def resolve(source: RangeSource, stream: str, position: Position) -> int:
 
 
 class RecordsLostError(DataLossError):
-    """L{DataLossError} with the option that reads on past such gaps named."""
+    """
+    L{DataLossError} with the option that reads on past such gaps named;
+    with C{why}, the records are damaged in a journal file (not removed by
+    retention), and it says so.
+    """
 
-    def __init__(self, stream: str, missed: int, available: int) -> None:
+    def __init__(self, stream: str, missed: int, available: int, why: str | None = None) -> None:
         super().__init__(stream, missed, available)
-        self.args = (f"{self.args[0]}; option failOnDataLoss=false reads on past such gaps",)
+        text = self.args[0] if why is None else damaged_text(stream, missed, available, why)
+        self.args = (f"{text}; option failOnDataLoss=false reads on past such gaps",)
+
+
+def damaged_text(stream: str, missed: int, available: int, why: str) -> str:
+    """What a reader is told of records C{missed} to C{available - 1} damaged (C{why})."""
+    return (
+        f"stream {stream!r}: records {missed} to {available - 1} are damaged in the journal"
+        f" and cannot be read ({why})"
+    )
 
 
 class RecordsLostWarning(UserWarning):
@@ -89,9 +104,13 @@ class RecordsLostWarning(UserWarning):
 
 def report_gap(gap: RangeGap, fail_on_data_loss: bool) -> None:
     """Raise L{RecordsLostError} for ``gap``, or warn and go on."""
+    why = gap.why if isinstance(gap, DamagedRange) else None
     if fail_on_data_loss:
-        raise RecordsLostError(gap.stream, gap.missed, gap.available)
-    lost = DataLossError(gap.stream, gap.missed, gap.available)
+        raise RecordsLostError(gap.stream, gap.missed, gap.available, why)
+    if why is None:
+        lost = str(DataLossError(gap.stream, gap.missed, gap.available))
+    else:
+        lost = damaged_text(gap.stream, gap.missed, gap.available, why)
     warnings.warn(f"{lost}; reading on (failOnDataLoss=false)", RecordsLostWarning, stacklevel=2)
 
 

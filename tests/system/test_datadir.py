@@ -3,8 +3,9 @@ Tests for L{malamute_pack.datadir} (one broker per data directory: the
 lock, who holds it, its release by the kernel when the holder dies, the
 service that holds it first in the broker's composition) and for
 L{malamute_pack.journal.identity} (the marker that records which journal a
-data directory holds: a journal file emptied, deleted or replaced is
-refused with a message saying what to do).
+data directory holds: a journal file deleted or replaced is refused with
+a message saying what to do; one emptied is salvaged with the marker's
+identity, L{malamute_pack.journal.salvage}).
 """
 
 from __future__ import annotations
@@ -260,22 +261,29 @@ class MarkerTests(TestCase):
         self.assertEqual(read_marker(self.marker), marker)
 
     @inlineCallbacks
-    def test_truncatedJournalRefused(self) -> Inline:
+    def test_truncatedJournalSalvaged(self) -> Inline:
         """
         A journal file truncated to 0 bytes where the marker says a journal
-        was created is refused, untouched, with a message that says it is
-        empty and to restore it or remove the marker; restored, it opens
-        with its letters.
+        was created is damaged: salvaged (the empty file kept aside, a new
+        journal with the marker's identity, nothing of it to save), not
+        refused and not silently made anew; the backup put back in its
+        place opens with its letters.
         """
         yield self.fill()
+        identity = read_marker(self.marker)
         backup = self.data_dir / "backup"
         shutil.copy(self.path, backup)
         self.path.write_bytes(b"")
-        message = self.refused()
-        self.assertIn(f"journal {self.path} is empty (0 bytes: it was truncated)", message)
-        self.assertIn("Restore the journal file", message)
-        self.assertIn(f"remove {self.marker}", message)
-        self.assertEqual(self.path.stat().st_size, 0)
+        journal = self.journal()
+        journal.open()
+        salvaged = journal.salvaged
+        assert salvaged is not None and identity is not None
+        self.assertIn("shorter than SQLite's header", salvaged.reason)
+        self.assertEqual(salvaged.aside.read_bytes(), b"")
+        self.assertEqual(journal.identity, identity.identity)
+        yield journal.close()
+        for name in self.data_dir.glob("journal.sqlite*"):
+            name.unlink()
         shutil.copy(backup, self.path)
         yield self.reopen()
 

@@ -23,6 +23,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.logger import formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.journal.checksums import with_checksums
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.inserts import (
     INSERT_STREAM,
@@ -151,14 +152,14 @@ class InsertAllTests(SynchronousTestCase):
         Rows go in whole chunks of the most rows a statement takes, then
         the rest in chunks of halving sizes, in order.
         """
-        batch = rows("s", 1, 21)
+        batch = with_checksums(rows("s", 1, 21))
         insert_all(self.conn, INSERT_STREAM, batch, 8)
         self.assertEqual(self.inserts(), [8, 8, 4, 1])
         self.assertEqual([seq for _, seq, _ in stored(self.path)], list(range(1, 22)))
 
     def test_fullBatchOneStatement(self) -> None:
         """A batch of exactly the most rows a statement takes is one INSERT."""
-        insert_all(self.conn, INSERT_STREAM, rows("s", 1, 1000), 1000)
+        insert_all(self.conn, INSERT_STREAM, with_checksums(rows("s", 1, 1000)), 1000)
         self.assertEqual(self.inserts(), [1000])
         self.assertEqual(len(stored(self.path)), 1000)
 
@@ -170,13 +171,13 @@ class InsertAllTests(SynchronousTestCase):
         self.assertEqual(rows_per_insert(self.conn, INSERT_STREAM, 1000), 1000)
         self.assertEqual(rows_per_insert(self.conn, INSERT_STREAM, 1), ROWS_PER_INSERT)
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 100)
-        self.assertEqual(rows_per_insert(self.conn, INSERT_STREAM, 1000), 11)
+        self.assertEqual(rows_per_insert(self.conn, INSERT_STREAM, 1000), 10)
 
     def test_batchCommitted(self) -> None:
         """A batch is in the file when its last record is."""
         batch = rows("s", 1, 3)
         self.assertFalse(batch_committed(self.conn, batch))
-        insert_all(self.conn, INSERT_STREAM, batch)
+        insert_all(self.conn, INSERT_STREAM, with_checksums(batch))
         self.assertTrue(batch_committed(self.conn, batch))
 
 

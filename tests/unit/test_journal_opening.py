@@ -12,7 +12,7 @@ from contextlib import closing
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from malamute_pack.journal import JournalConfig, JournalError
+from malamute_pack.journal import JournalConfig
 from malamute_pack.journal.opening import open_journal as open_file
 from malamute_pack.journal.opening import recover
 from malamute_pack.journal.schema import migrate
@@ -116,11 +116,22 @@ class OpenFileTests(SynchronousTestCase):
             opened.reader.execute("DELETE FROM streams")
 
     def test_notADatabase(self) -> None:
-        """A file that is not SQLite fails to open with a JournalError."""
+        """
+        A file that is not SQLite is damaged: it is salvaged (kept aside, a
+        new journal opened in its place), and since no stream's name could
+        be read, a stream the journal does not know starts past the crash
+        skip: no number is given twice.
+        """
         path = new_path(self)
         path.parent.mkdir(parents=True)
         path.write_bytes(b"not a database" * 100)
-        self.assertRaises(JournalError, open_file, path, None, 100)
+        opened = open_file(path, None, 100)
+        self.addCleanup(opened.conn.close)
+        self.addCleanup(opened.reader.close)
+        assert opened.salvage is not None
+        self.assertEqual(opened.salvage.aside.read_bytes(), b"not a database" * 100)
+        self.assertTrue(opened.salvage.streams_unknown)
+        self.assertEqual(opened.recovered.stream_floor, 100)
 
     def test_takeoverSkips(self) -> None:
         """
