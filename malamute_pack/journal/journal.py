@@ -333,8 +333,10 @@ class Journal:
 
         def close_reader(_: None) -> Deferred[None]:
             writer.join()
-            # Closing: what waited for the partner is let go (it is on disk here).
-            self.hold_for_replica(False)
+            # Closing: what waited for the partner is not acknowledged (it
+            # is on disk here, but the partner, which may serve next, may
+            # lack it: a client told so tries again).
+            self.withhold("the broker closed before its pair's partner had it")
             return self._reader.stop()
 
         def done(result: object) -> object:
@@ -816,6 +818,25 @@ class Journal:
         partner is gone: the broker goes on alone).
         """
         self._replica.hold_for_replica(hold)
+
+    def refuse_held(self, why: str) -> None:
+        """
+        What waits for a pair's partner now is not acknowledged: each fails,
+        saying C{why} (the partner is unreachable: the clients try it).
+        """
+        error = JournalError(f"journal {self.path}: not acknowledged: {why}")
+        error.reason = f"not acknowledged: {why}"
+        self._replica.refuse_held(error)
+
+    def withhold(self, why: str) -> None:
+        """
+        Acknowledge nothing more that waits for, or would wait for, a pair's
+        partner: each such outcome fails, saying C{why} (the broker yields
+        to its partner, or closes). Until the journal opens again.
+        """
+        error = JournalError(f"journal {self.path}: not acknowledged: {why}")
+        error.reason = f"not acknowledged: {why}"
+        self._replica.withhold(error)
 
     def replica_acked(self, position: int) -> None:
         """The partner has every operation up to C{position} on its disk."""

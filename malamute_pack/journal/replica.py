@@ -13,14 +13,21 @@ Tests: ``tests/unit/test_journal_replica.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 
+from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.writer import BatchOutcome, WriteOp
 
 # What a pair's active hands its shipper: the position (in the order of
 # writes, from 1) of the first operation, and the operations.
 Shipper = Callable[[int, list[WriteOp]], None]
+
+
+def _failed(outcome: BatchOutcome, error: JournalError) -> BatchOutcome:
+    """C{outcome} answered with C{error}, whatever it was (its records stay on disk here)."""
+    return dataclasses.replace(outcome, error=outcome.error or error)
 
 
 class ReplicaHold:
@@ -45,6 +52,7 @@ class ReplicaHold:
         self.handed = 0
         self._reported = 0
         self._hold = False
+        self._withheld: JournalError | None = None
         self._replica_position = 0
         # Outcomes held for the partner: (position of the batch's last op, outcome).
         self._held: deque[tuple[int, BatchOutcome]] = deque()
@@ -70,10 +78,33 @@ class ReplicaHold:
             self.commit_latencies.append(self._seconds() - handed_at[0][1])
             while handed_at and handed_at[0][0] <= self._reported:
                 handed_at.popleft()
+        if self._withheld is not None and self._hold:
+            self._finish(_failed(outcome, self._withheld))
+            return
         if self._hold and (self._held or self._replica_position < self._reported):
             self._held.append((self._reported, outcome))
             return
         self._finish(outcome)
+
+    def withhold(self, error: JournalError) -> None:
+        """
+        Nothing held for the partner, nor anything reported from now on
+        while outcomes wait for it, is acknowledged: each fails with
+        ``error`` (the broker yields to its partner, or closes before the
+        partner had it): a client told it failed tries again where it is
+        served, while one told it was stored would count on what the
+        serving broker may lack. (Alone, nothing waits: nothing changes.)
+        """
+        self._withheld = error
+        held, self._held = self._held, deque()
+        for _, outcome in held:
+            self._finish(_failed(outcome, error))
+
+    def refuse_held(self, error: JournalError) -> None:
+        """What waits for the partner now fails with ``error`` (later outcomes wait as before)."""
+        held, self._held = self._held, deque()
+        for _, outcome in held:
+            self._finish(_failed(outcome, error))
 
     def hold_for_replica(self, hold: bool) -> None:
         """

@@ -19,7 +19,11 @@ from malamute_pack.pair.machine import DEFAULT_HEARTBEAT, DEFAULT_MISSES
 
 _PREFIX: Final = "malamute/pair"
 _TEXT: Final = ("role", "bind", "connect", "replication")
-_NUMBERS: Final = {"heartbeat": "heartbeat_ms", "misses": "misses"}
+_NUMBERS: Final = {
+    "heartbeat": "heartbeat_ms",
+    "misses": "misses",
+    "alone-after": "alone_after_ms",
+}
 
 CONFIG_KEYS: Final = tuple(f"{_PREFIX}/{key}" for key in (*_TEXT, "key", *_NUMBERS))
 
@@ -36,6 +40,12 @@ class PairSettings:
         it too) or C{"async"}.
     @ivar heartbeat_ms: how often the partners tell each other their state.
     @ivar misses: heartbeats missed before the partner counts as gone.
+    @ivar alone_after_ms: the partner's silence after which the active goes
+        on alone (acknowledges what the partner does not have) even without
+        evidence that the partner's process is gone; a passive then takes
+        over only within this, less a heartbeat, of hearing it. None (the
+        default): never on silence alone (the writers wait for a partner
+        whose host is down or cut off).
     @ivar key: the partner's public certificate: the link is CURVE and
         admits only that key; None: an open link.
     """
@@ -46,6 +56,7 @@ class PairSettings:
     replication: str = "sync"
     heartbeat_ms: int = round(DEFAULT_HEARTBEAT * 1000)
     misses: int = DEFAULT_MISSES
+    alone_after_ms: int | None = None
     key: Path | None = None
 
 
@@ -63,6 +74,14 @@ class PairOptions:
             "sync (default: acknowledged means on both brokers) or async.",
         ],
         ["pair-heartbeat", None, None, "Pair heartbeat interval in ms (default 500).", int],
+        [
+            "pair-alone-after",
+            None,
+            None,
+            "ms of the partner's silence before the active acknowledges alone even without"
+            " evidence the partner's process is gone (default: never; docs/pair.md).",
+            int,
+        ],
         [
             "pair-key",
             None,
@@ -95,6 +114,7 @@ def from_options(options: Mapping[str, Any], base: PairSettings) -> PairSettings
         ("pair-connect", "connect"),
         ("pair-replication", "replication"),
         ("pair-heartbeat", "heartbeat_ms"),
+        ("pair-alone-after", "alone_after_ms"),
     ):
         if options.get(option) is not None:
             changes[name] = options[option]
@@ -120,4 +140,10 @@ def check(pair: PairSettings, core: CoreSettings) -> PairSettings:
         raise SettingsError("a pair replicates the journal: it cannot run with --no-journal")
     if pair.heartbeat_ms < 10 or pair.misses < 1:
         raise SettingsError("the pair's heartbeat must be at least 10 ms, and misses at least 1")
+    least = pair.heartbeat_ms * (pair.misses + 2)
+    if pair.alone_after_ms is not None and pair.alone_after_ms < least:
+        raise SettingsError(
+            f"the pair's alone-after ({pair.alone_after_ms} ms) must be at least the partner's"
+            f" timeout and two heartbeats: {least} ms"
+        )
     return pair

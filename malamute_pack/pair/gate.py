@@ -9,7 +9,11 @@ library then tries the partner); if it accepts it (the partner is silent:
 this broker takes over), the message waits, with the others that arrive
 meanwhile (at most L{HELD_MESSAGES}; beyond, refused the same way), until
 the broker is active, and is then handed to the model in arrival order.
-Once open, the gate passes everything straight through.
+Once open, the gate passes everything straight through, unless it is
+suspended: an active that cannot reach its partner (and has no evidence
+its process is gone) acknowledges nothing without it, and refuses its
+clients the same way (503), so that they turn to the partner, which may
+take over (L{ClientGate.suspend}, L{ClientGate.resume}).
 
 Tests: ``tests/system/test_pair_service.py``.
 """
@@ -39,9 +43,11 @@ class ClientGate:
         self._broker = broker
         self._client_request = client_request
         self.is_open = False
+        self.suspended = False
         self._held: list[tuple[Session, mlm.Message]] = []
         self.refused = 0
         self.reason = "not active: this broker is its pair's passive; connect to its partner"
+        self._suspended_reason = ""
 
     def open(self) -> None:
         """The broker is active: hand it what waited, then everything."""
@@ -50,8 +56,25 @@ class ClientGate:
         for session, message in held:
             self._broker.receive(session, message)
 
+    def close(self, reason: str) -> None:
+        """The broker serves no more (it yielded to its partner): refuse with C{reason}."""
+        self.is_open = False
+        self.reason = reason
+
+    def suspend(self, reason: str) -> None:
+        """Refuse every client (503, C{reason}) until L{resume}, the broker still active."""
+        self.suspended = True
+        self._suspended_reason = reason
+
+    def resume(self) -> None:
+        self.suspended = False
+
     def receive(self, session: Session, message: mlm.Message) -> None:
         if self.is_open:
+            if self.suspended:
+                self.refused += 1
+                session.error(NOT_ACTIVE, self._suspended_reason)
+                return
             self._broker.receive(session, message)
             return
         if self._client_request() and len(self._held) < HELD_MESSAGES:
@@ -64,7 +87,7 @@ class ClientGate:
         self._broker.malformed(session, reason)
 
     def rejected(self, session: Session, message: mlm.Message, reason: str) -> None:
-        if self.is_open:
+        if self.is_open and not self.suspended:
             self._broker.rejected(session, message, reason)
         else:
             self.refused += 1

@@ -18,9 +18,36 @@ after 3 missed, so after 1.5 s of silence); before the first heartbeat, that
 long after the machine was made, so a primary that starts alone waits that
 long before a client can make it active.
 
+Silence is counted in the time this process ran: the service tells the
+machine the time of everything it sees (L{PairMachine.observe}: its own
+heartbeat tick, a heartbeat, a client), before the event itself, and a gap
+between two longer than two heartbeats is a stall of this process
+(SIGSTOP, a swap storm, a reactor held up), in which it could hear
+nothing: it does not count as the partner's silence. A broker that was
+paused does not take its partner for gone when it resumes, before it has
+had the time to hear it.
+
+Taking over, and going on alone, never meet: a passive takes over only if
+it is in sync (L{Guard.SAFE_TAKEOVER}), and an active goes on alone (its
+acknowledgements stop waiting for the partner) only on evidence that the
+partner's process is gone (the service's: it restarted, or its port
+refuses connections), never on silence alone: a process that is gone comes
+back out of sync, so it cannot take over what was acknowledged without it.
+(Silence cannot tell a dead partner from a cut link, and a cut partner
+may be taking over.) An operator who prefers the writers never to wait
+for a dead host's partner sets C{alone_after}: the active then goes on
+alone after that much silence too (L{alone}), and a passive takes over
+only if it heard the active less than C{alone_after} less a heartbeat ago
+(wall time, pauses included), which closes all but one window: a split
+of the clients themselves, each half served by one broker. A passive that
+finds the active silent but may lack what it acknowledged refuses the
+clients (the pair waits for the old active, whose journal is complete).
+
 Where this differs from ``bstar.c``:
- - dual actives and dual passives do not abort: the role decides (the backup
-   yields an ACTIVE, the primary leaves a PASSIVE);
+ - dual actives and dual passives do not abort: the history decides, then
+   the role (of two actives, the one that took over from the other's
+   history serves and the other yields; unrelated, the backup yields; the
+   primary leaves a PASSIVE);
  - a PASSIVE broker whose partner restarted goes ACTIVE only when it is in
    sync (it holds every acknowledged change); otherwise it stays PASSIVE and
    the restarted partner, hearing a PASSIVE, goes ACTIVE;
@@ -91,6 +118,9 @@ class Action(enum.Enum):
     REPORT_SAME_ROLE = "report_same_role"  # both brokers have one role: a configuration error
     REPORT_PARTNER_GONE = "report_partner_gone"
     REPORT_PARTNER_BACK = "report_partner_back"
+    # The active is silent, but this passive may lack what it acknowledged
+    # alone (not in sync, or silent for too long): it does not take over.
+    REPORT_NO_TAKEOVER = "report_no_takeover"
 
 
 class Guard(enum.Enum):
@@ -101,6 +131,13 @@ class Guard(enum.Enum):
     PRIMARY = "primary"  # this broker is the primary
     PRIMARY_PARTNER_SILENT = "primary, partner silent"
     PARTNER_SILENT = "partner silent"  # now >= peer_expiry
+    # The partner is silent, this broker is in sync (and, with alone-after
+    # set, it heard the partner less than alone-after less a heartbeat ago).
+    SAFE_TAKEOVER = "partner silent, in sync"
+    # Between two actives: the partner took over from the history this
+    # broker leads (it is the newer active), or this one from the partner's.
+    PARTNER_NEWER = "the partner took over from this one"
+    PARTNER_OLDER = "this one took over from the partner"
     IN_SYNC = "in sync"  # this broker holds every acknowledged change
     # Whose journal leads the history the pair last served (it was the
     # last active): carried by the partner's heartbeat.
@@ -162,7 +199,12 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
     # The partner restarted: it will hear ACTIVE and go passive.
     (_S.ACTIVE, _E.PEER_STARTING): (Row(_G.ALWAYS, (), _S.ACTIVE),),
     (_S.ACTIVE, _E.PEER_ACTIVE): (
-        # Dual actives (after a partition, or a race at start): the primary keeps serving...
+        # Dual actives (this one paused or cut off while the clients made
+        # the other take over, or a race at start): the newer active, the
+        # one that took over from the other's history, keeps serving...
+        Row(_G.PARTNER_NEWER, (_A.REPORT_DUAL_ACTIVE, _A.BECOME_PASSIVE), _S.PASSIVE),
+        Row(_G.PARTNER_OLDER, (_A.REPORT_DUAL_ACTIVE,), _S.ACTIVE),
+        # ...and between unrelated histories the primary keeps serving...
         Row(_G.PRIMARY, (_A.REPORT_DUAL_ACTIVE,), _S.ACTIVE),
         # ...and the backup yields.
         Row(_G.OTHERWISE, (_A.REPORT_DUAL_ACTIVE, _A.BECOME_PASSIVE), _S.PASSIVE),
@@ -187,8 +229,12 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
         Row(_G.OTHERWISE, (), _S.PASSIVE),
     ),
     (_S.PASSIVE, _E.CLIENT_REQUEST): (
-        # Failover: the active is silent and a client turned to this one.
-        Row(_G.PARTNER_SILENT, (_A.BECOME_ACTIVE, _A.TAKE_OVER, _A.ACCEPT_CLIENT), _S.ACTIVE),
+        # Failover: the active is silent, a client turned to this one, and
+        # this one holds everything the active can have acknowledged.
+        Row(_G.SAFE_TAKEOVER, (_A.BECOME_ACTIVE, _A.TAKE_OVER, _A.ACCEPT_CLIENT), _S.ACTIVE),
+        # Silent, but the active may have acknowledged alone what this one
+        # lacks: wait for it (its journal is the complete one).
+        Row(_G.PARTNER_SILENT, (_A.REPORT_NO_TAKEOVER, _A.REFUSE_CLIENT), _S.PASSIVE),
         # The active is alive: the client has to go to it.
         Row(_G.OTHERWISE, (_A.REFUSE_CLIENT,), _S.PASSIVE),
     ),
@@ -259,6 +305,10 @@ def _row_problems(state: State, event: Event, row: Row) -> list[str]:
         problems.append("leadership decides only between two starting brokers")
     if row.guard is _G.NEWLY_SILENT and event is not _E.PEER_SILENT:
         problems.append("newly silent is a guard of the partner's silence only")
+    if row.guard in (_G.PARTNER_NEWER, _G.PARTNER_OLDER) and event is not _E.PEER_ACTIVE:
+        problems.append("which history is newer decides only between two actives")
+    if (row.guard is _G.SAFE_TAKEOVER) != (_A.TAKE_OVER in actions and event is _E.CLIENT_REQUEST):
+        problems.append("a client makes a passive take over exactly when it safely may")
     return problems
 
 
@@ -298,8 +348,14 @@ class PairMachine:
 
     @ivar role: this broker's role, fixed by configuration.
     @ivar state: where it is now (STARTING at first).
-    @ivar peer_expiry: the time from which the partner counts as gone.
+    @ivar peer_expiry: the time from which the partner counts as gone
+        (moved on by this process's own stalls).
     @ivar timeout: how long the partner may be silent (heartbeat * misses, seconds).
+    @ivar alone_after: seconds of the partner's silence (this process
+        running) after which an active goes on alone; None: never on
+        silence alone (only on evidence the partner's process is gone).
+    @ivar stalls: how many stalls of this process it saw (and did not count
+        as the partner's silence).
     """
 
     def __init__(
@@ -308,12 +364,16 @@ class PairMachine:
         now: float,
         heartbeat: float = DEFAULT_HEARTBEAT,
         misses: int = DEFAULT_MISSES,
+        alone_after: float | None = None,
     ) -> None:
         """
         A broker of C{role}, starting at C{now}, whose partner heartbeats every
-        C{heartbeat} seconds and is gone after C{misses} missed ones.
+        C{heartbeat} seconds and is gone after C{misses} missed ones; an
+        active goes on alone after C{alone_after} seconds of silence, if
+        given (None: never on silence alone).
 
-        @raise ValueError: if C{heartbeat} is not positive or C{misses} is below 1.
+        @raise ValueError: if C{heartbeat} is not positive, C{misses} is
+            below 1, or C{alone_after} is not past the timeout by two heartbeats.
         """
         if not heartbeat > 0:
             raise ValueError(f"the heartbeat interval must be positive, not {heartbeat!r}")
@@ -322,17 +382,72 @@ class PairMachine:
         self.role = role
         self.state = State.STARTING
         self.timeout = heartbeat * misses
+        least = self.timeout + 2 * heartbeat
+        if alone_after is not None and alone_after < least:
+            raise ValueError(
+                f"alone-after must be at least the partner's timeout and two heartbeats"
+                f" ({least:g} s), not {alone_after!r}"
+            )
+        self.alone_after = alone_after
+        self._heartbeat = heartbeat
         self.peer_expiry = now + self.timeout
+        self._alone_at = now + (alone_after if alone_after is not None else 0.0)
+        # When the partner was last heard (wall time: pauses included), if ever.
+        self._heard_at: float | None = None
+        # The last time this machine saw anything: a longer gap is a stall.
+        self._seen = now
+        self.stalls = 0
         # REPORT_PARTNER_GONE given and REPORT_PARTNER_BACK not yet.
         self._reportedGone = False
+
+    def observe(self, now: float) -> None:
+        """
+        Time passes at C{now}: a gap since the last thing seen longer than
+        two heartbeats was a stall of this process (it could hear nothing),
+        and moves the partner's expiry and the time to go alone on by it
+        (less the heartbeat that would have passed anyway).
+        """
+        gap = now - self._seen
+        if gap > 2 * self._heartbeat:
+            stall = gap - self._heartbeat
+            self.peer_expiry += stall
+            self._alone_at += stall
+            self.stalls += 1
+        if now > self._seen:
+            self._seen = now
 
     def heard(self, now: float) -> None:
         """A heartbeat from the partner arrived at C{now} (in any state)."""
         self.peer_expiry = now + self.timeout
+        self._alone_at = now + (self.alone_after or 0.0)
+        self._heard_at = now
 
     def partner_alive(self, now: float) -> bool:
-        """Whether the partner was heard within the timeout before C{now}."""
+        """Whether the partner was heard within the timeout before C{now} (stalls aside)."""
         return now < self.peer_expiry
+
+    def alone(self, now: float) -> bool:
+        """
+        Whether the partner has been silent for C{alone_after} (stalls
+        aside), if set: an active goes on alone, its acknowledgements no
+        longer waiting for the partner.
+        """
+        return self.alone_after is not None and now >= self._alone_at
+
+    def safe_takeover(self, now: float, in_sync: bool) -> bool:
+        """
+        Whether a passive may take over at C{now}: the partner is silent
+        and this broker is C{in_sync}; with C{alone_after} set, also it
+        heard the partner less than C{alone_after} less a heartbeat ago in
+        wall time (a pause of this process counts: the active may have gone
+        alone meanwhile).
+        """
+        if self.partner_alive(now) or not in_sync:
+            return False
+        heard_at, alone_after = self._heard_at, self.alone_after
+        return alone_after is None or (
+            heard_at is not None and now - heard_at < alone_after - self._heartbeat
+        )
 
     def handle(
         self,
@@ -343,6 +458,8 @@ class PairMachine:
         in_sync: bool = False,
         leads: bool = False,
         peer_leads: bool = False,
+        partner_newer: bool = False,
+        partner_older: bool = False,
     ) -> Transition:
         """
         Apply C{event}, which happened at C{now}: find the first row of the
@@ -358,6 +475,9 @@ class PairMachine:
             pair last served (this broker was the last active);
             C{peer_leads}, the same of the partner's (its heartbeat says).
             Between two starting brokers the one that leads, alone, serves.
+        @param partner_newer: (between two actives) the partner took over
+            from the history this broker leads; C{partner_older}, this
+            broker took over from the partner's.
         @raise ValueError: for PEER_STARTING without C{peer_role}.
         """
         if event is Event.PEER_STARTING and peer_role is None:
@@ -365,7 +485,9 @@ class PairMachine:
         row = next(
             row
             for row in TABLE[(self.state, event)]
-            if self._holds(row.guard, now, peer_role, in_sync, leads, peer_leads)
+            if self._holds(
+                row.guard, now, peer_role, in_sync, leads, peer_leads, partner_newer, partner_older
+            )
         )
         actions = row.actions
         if event in PEER_EVENTS and self._reportedGone:
@@ -384,6 +506,8 @@ class PairMachine:
         in_sync: bool,
         leads: bool = False,
         peer_leads: bool = False,
+        partner_newer: bool = False,
+        partner_older: bool = False,
     ) -> bool:
         """Whether C{guard} holds for an event at C{now} with these arguments."""
         match guard:
@@ -397,6 +521,12 @@ class PairMachine:
                 return self.role is Role.PRIMARY and not self.partner_alive(now)
             case Guard.PARTNER_SILENT:
                 return not self.partner_alive(now)
+            case Guard.SAFE_TAKEOVER:
+                return self.safe_takeover(now, in_sync)
+            case Guard.PARTNER_NEWER:
+                return partner_newer and not partner_older
+            case Guard.PARTNER_OLDER:
+                return partner_older and not partner_newer
             case Guard.IN_SYNC:
                 return in_sync
             case Guard.LEADS:

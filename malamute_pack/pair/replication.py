@@ -330,6 +330,9 @@ class ReplicationSource:
         self._from = 0  # first position shipped on this link
         self._held_ships: list[wire.Ship] | None = None  # until CATCHUP_BEGIN is sent
         self.in_sync = False
+        # Acknowledgements wait for the partner (sync, since it caught up),
+        # until it is gone or joins again.
+        self.holding = False
         self._items_sent = 0
         self._items_acked = 0
         self._items_waiting: Deferred[None] | None = None
@@ -353,8 +356,13 @@ class ReplicationSource:
             self.caught_up(message)
 
     def hello(self, hello: wire.Hello) -> None:
-        """A partner (re)joins: start a new link and catch it up."""
+        """
+        A partner (re)joins: start a new link and catch it up. What waited
+        for it goes (it is not in sync until caught up, so it cannot take over).
+        """
         self._drop_link()
+        self.holding = False
+        self._journal.hold_for_replica(False)
         self.partner_incarnation = hello.incarnation
         self.stats.catchups += 1
         # Handing the outbox over (execute does, first) must ship nothing:
@@ -401,30 +409,48 @@ class ReplicationSource:
         if self.sync:
             self._journal.replica_acked(message.position)
             self._journal.hold_for_replica(True)
+            self.holding = True
         _log.info(
             "pair: the partner is in sync (replication {mode})",
             mode="sync" if self.sync else "async",
         )
 
-    def partner_gone(self) -> None:
-        """The partner is silent: go on alone."""
-        if self.link and self.in_sync:
-            _log.warn("pair: the partner is gone; this broker goes on alone (not replicated)")
+    def partner_gone(self, why: str = "") -> None:
+        """
+        The partner is gone (C{why}: it restarted, its port refuses, it was
+        silent for alone-after): go on alone, acknowledging what it lacks.
+        """
+        if (self.link and self.in_sync) or self.holding:
+            _log.warn(
+                "pair: the partner is gone{why}; this broker goes on alone (not replicated)",
+                why=f" ({why})" if why else "",
+            )
         self._drop_link()
+        self.holding = False
+        self._journal.hold_for_replica(False)
 
     def _forget_acked(self) -> None:
         unacked = self._unacked
         while unacked and unacked[0][0] <= self.acked:
             self.unacked_bytes -= unacked.popleft()[1]
 
+    def drop_link(self) -> None:
+        """The partner no longer follows (it is active too): the link ends (L{_drop_link})."""
+        self._drop_link()
+
     def _drop_link(self) -> None:
+        """
+        The link ends. What waits for the partner keeps waiting (in sync
+        mode): only the partner gone (L{partner_gone}) or a new link
+        (L{hello}: the partner, alive, catches up and cannot take over
+        meanwhile) lets it go.
+        """
         self._unacked.clear()
         self.unacked_bytes = 0
         self.link = 0
         self.in_sync = False
         self.stats.in_sync_since = None
         self._held_ships = None
-        self._journal.hold_for_replica(False)
         waiting, self._items_waiting = self._items_waiting, None
         if waiting is not None:
             waiting.callback(None)

@@ -68,6 +68,7 @@ from malamute_pack.pair.config import PairSettings
 from malamute_pack.pair.gate import ClientGate
 from malamute_pack.pair.link import PairLink
 from malamute_pack.pair.machine import Action, Event, PairMachine, Role, State, Transition
+from malamute_pack.pair.probe import PartnerProbe
 from malamute_pack.pair.replication import (
     COMPLETE,
     LEADER,
@@ -91,6 +92,13 @@ EXIT_YIELDED = 75
 EXIT_FAILED = 1
 # Seconds a broker that stopped itself has to exit before its watchdog ends it.
 EXIT_GRACE_S = 5.0
+
+# Why an active refuses its clients, and what waited for its partner, while
+# the partner is silent and may be alive.
+_SUSPENDED = (
+    "not active: this broker cannot reach its pair's partner, which may serve; connect to it"
+)
+_UNREACHABLE = "the pair's partner is unreachable"
 
 _PEER_EVENTS = {
     "starting": Event.PEER_STARTING,
@@ -152,9 +160,15 @@ class PairService(Service):
         self.role = Role(settings.role)
         self._heartbeat = settings.heartbeat_ms / 1000.0
         self.machine = PairMachine(
-            self.role, self._clock.seconds(), self._heartbeat, settings.misses
+            self.role,
+            self._clock.seconds(),
+            self._heartbeat,
+            settings.misses,
+            None if settings.alone_after_ms is None else settings.alone_after_ms / 1000.0,
         )
         self.gate = ClientGate(broker, self._client_request)
+        # Whether the silent partner's process is gone (its port refuses).
+        self._probe = PartnerProbe(reactor, settings.connect, self._heartbeat)  # type: ignore[arg-type]
         self.link = PairLink(
             reactor, context, settings.bind, settings.connect, self._received, curve
         )
@@ -166,6 +180,8 @@ class PairService(Service):
         self._leads = False  # this journal leads the history (this broker was the last active)
         self.takeovers = 0
         self._same_role = ""  # the incarnation of the same-role broker reported last
+        self._no_takeover_reported = False  # since the partner was last back
+        self.suspensions = 0  # times it refused its clients, its partner silent
         self.activated: Deferred[None] = Deferred()
         # Fires once the takeover under way (if any) has finished or given up.
         self._activating: Deferred[None] | None = None
@@ -312,22 +328,104 @@ class PairService(Service):
             return self.source.in_sync
         return self.replica is not None and self.replica.in_sync
 
+    @property
+    def previous_epoch(self) -> str:
+        """The history this broker's active took over from ("" when not active, or none)."""
+        return self.source.history.previous if self.source is not None else ""
+
     def _tick(self) -> None:
         now = self._clock.seconds()
-        link = self.source.link if self.source is not None else 0
+        machine = self.machine
+        # Seen first: a stall of this process just ended is not the partner's silence.
+        machine.observe(now)
+        source = self.source
+        link = source.link if source is not None else 0
         self.link.send(
             wire.Heartbeat(
                 self.role.value,
-                self.machine.state.value,
+                machine.state.value,
                 self._in_sync(),
                 self.incarnation,
                 self.epoch,
                 link,
                 self._leads,
+                self.previous_epoch,
             )
         )
-        if not self.machine.partner_alive(now):
+        if not machine.partner_alive(now):
             self._handle(Event.PEER_SILENT, now)
+        if source is not None and source.holding:
+            self._watch_partner(now)
+
+    def _watch_partner(self, now: float) -> None:
+        """
+        An active whose acknowledgements wait for its partner (in sync): is
+        the partner silent? Then find out whether its process is gone (go on
+        alone); until then acknowledge nothing without it, and refuse the
+        clients (503) so that they turn to it: it may be cut off from this
+        broker, not from them, and take over.
+        """
+        machine = self.machine
+        if machine.partner_alive(now):
+            self._serve_again()
+        elif machine.alone(now):
+            # Silent for alone-after (the operator's choice): a passive no
+            # longer takes over (machine.safe_takeover).
+            self._go_alone("silent for alone-after")
+        else:
+            self._probe_partner()
+            if self.gate.suspended:
+                self._journal.refuse_held(_UNREACHABLE)
+
+    def _go_alone(self, why: str) -> None:
+        """The partner is gone ({why}): acknowledge without it, and serve."""
+        source = self.source
+        if source is not None:
+            source.partner_gone(why)
+        self._serve_again()
+
+    def _suspend(self) -> None:
+        """Acknowledge nothing without the silent partner; refuse the clients (503)."""
+        if self.gate.suspended:
+            return
+        _log.warn(
+            "pair: the partner is silent, and its process may be alive (cut off, paused):"
+            " this broker acknowledges nothing without it and refuses its clients (503),"
+            " who may make the partner take over"
+        )
+        self.suspensions += 1
+        self.gate.suspend(_SUSPENDED)
+        self._journal.refuse_held(_UNREACHABLE)
+
+    def _serve_again(self) -> None:
+        if self.gate.suspended:
+            self.gate.resume()
+            _log.info("pair: serving clients again")
+
+    def _probe_partner(self) -> None:
+        """
+        The partner is silent: is its process gone (its pair port refuses
+        connections)? Then go on alone: it comes back out of sync, and
+        cannot take over what this broker acknowledges without it.
+        """
+        answer = self._probe.gone()
+        if answer is not None:
+            answer.addCallback(self._probed)
+
+    def _probed(self, gone: bool) -> None:
+        source = self.source
+        if source is None or not source.holding or self._stopping():
+            return
+        if self.machine.partner_alive(self._clock.seconds()):
+            return  # heard again meanwhile
+        if not gone:
+            self._suspend()
+            return
+        _log.warn(
+            "pair: the partner's pair port refuses connections: its process is gone ({partner})",
+            partner=self._settings.connect,
+        )
+        self._go_alone("its port refuses connections")
 
     def _received(self, message: wire.PairMessage) -> None:
         now = self._clock.seconds()
@@ -348,18 +446,29 @@ class PairService(Service):
                     )
                 return
             source = self.source
-            if (
-                source is not None
-                and source.link
-                and (
-                    message.incarnation != source.partner_incarnation or message.state != "passive"
-                )
-            ):
-                # The replica's process is gone (the partner restarted) or no
-                # longer passive: what the active holds for it must not wait.
-                source.partner_gone()
+            if source is not None and source.link and source.partner_incarnation:
+                if message.incarnation != source.partner_incarnation:
+                    # The replica's process is gone (the partner restarted, and
+                    # cannot take over before it has caught up): go on alone.
+                    self._go_alone("it restarted")
+                elif message.state != "passive":
+                    # No longer following (it took over: two actives): the
+                    # link ends, and what waits for it keeps waiting (the
+                    # table decides who yields; the one that does withholds it).
+                    source.drop_link()
+            self.machine.observe(now)
             self.machine.heard(now)
-            self._handle(event, now, Role(message.role), message.leads)
+            if self.source is not None:
+                self._serve_again()
+            epoch = self.epoch
+            self._handle(
+                event,
+                now,
+                Role(message.role),
+                message.leads,
+                partner_newer=bool(epoch) and message.previous == epoch,
+                partner_older=bool(message.epoch) and self.previous_epoch == message.epoch,
+            )
             if (
                 self.replica is not None
                 and self.machine.state is State.PASSIVE
@@ -373,11 +482,20 @@ class PairService(Service):
             self.replica.receive(message)
 
     def _client_request(self) -> bool:
-        transition = self._handle(Event.CLIENT_REQUEST, self._clock.seconds())
+        now = self._clock.seconds()
+        self.machine.observe(now)  # a stall just ended is not the partner's silence
+        transition = self._handle(Event.CLIENT_REQUEST, now)
         return Action.ACCEPT_CLIENT in transition.actions
 
     def _handle(
-        self, event: Event, now: float, peer_role: Role | None = None, peer_leads: bool = False
+        self,
+        event: Event,
+        now: float,
+        peer_role: Role | None = None,
+        peer_leads: bool = False,
+        *,
+        partner_newer: bool = False,
+        partner_older: bool = False,
     ) -> Transition:
         before = self.machine.state
         transition = self.machine.handle(
@@ -387,6 +505,8 @@ class PairService(Service):
             in_sync=self._in_sync(),
             leads=self._leads,
             peer_leads=peer_leads,
+            partner_newer=partner_newer,
+            partner_older=partner_older,
         )
         for action in transition.actions:
             self._act(action, before, transition)
@@ -404,10 +524,18 @@ class PairService(Service):
                 self._become_passive()
         elif action is Action.REPORT_PARTNER_GONE:
             _log.warn("pair: the partner is silent (gone after {s} s)", s=self.machine.timeout)
-            if self.source is not None:
-                self.source.partner_gone()
+        elif action is Action.REPORT_NO_TAKEOVER:
+            if not self._no_takeover_reported:
+                self._no_takeover_reported = True
+                _log.error(
+                    "pair: the active is silent, but this broker does not take over: it may"
+                    " lack what the active acknowledged alone (it is not in sync, or it last"
+                    " heard the active longer ago than alone-after); the clients wait for the"
+                    " other broker, whose journal is the complete one: start it",
+                )
         elif action is Action.REPORT_PARTNER_BACK:
             _log.info("pair: the partner is back")
+            self._no_takeover_reported = False
         elif action is Action.REPORT_DUAL_ACTIVE:
             _log.error(
                 "pair: both brokers are active (the pair link was cut while clients used both)"
@@ -522,11 +650,14 @@ class PairService(Service):
 
     def _yield(self) -> None:
         _log.critical(
-            "pair: the partner is active too and this broker is the backup: it stops "
-            "serving now and exits (status {status}); restart it and it comes back as "
-            "passive and catches up",
+            "pair: the partner is active too and serves in this broker's place (it took over"
+            " from this broker's history, or this broker is the backup): this broker stops"
+            " serving now and exits (status {status}); what waited for the partner is not"
+            " acknowledged; restart it and it comes back as passive and catches up",
             status=EXIT_YIELDED,
         )
+        self.gate.close("not active: this broker yielded to its partner; connect to the partner")
+        self._journal.withhold("this broker yielded to its pair's partner, which serves now")
         self._stopping_itself = True
         self.stop_broker(EXIT_YIELDED)
 

@@ -32,7 +32,7 @@ messages, naming both versions.
 command            direction   fields / frames
 =================  ==========  ============================================
 HEARTBEAT (1)      both        role, state, in_sync, incarnation, epoch, link,
-                               leads
+                               leads, previous
 HELLO (2)          passive     incarnation, epoch, last id, streams' last
                                sequence numbers; frame: letter ids (u64s)
 CATCHUP_BEGIN (3)  active      link, base, mode, epoch, truncate points and
@@ -88,6 +88,9 @@ class Heartbeat:
     epoch: str
     link: int = 0  # the active's current replication link (0: none)
     leads: bool = False  # its journal leads the history the pair last served
+    # The history its active took over from ("" for none): of two actives,
+    # the one whose previous is the other's epoch is the newer.
+    previous: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,6 +447,7 @@ _CODEC: Final[zproto.Codec[PairMessage]] = zproto.Codec(
                 ("epoch", _TEXT),
                 ("link", zproto.NUMBER8),
                 ("leads", zproto.BOOL),
+                ("previous", _TEXT),
             ),
         ),
         zproto.Spec(

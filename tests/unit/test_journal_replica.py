@@ -10,6 +10,7 @@ from __future__ import annotations
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.replica import ReplicaHold
 from malamute_pack.journal.writer import BatchOutcome, PartnerNote, WriteOp
 
@@ -18,7 +19,9 @@ def outcome(operations: int) -> BatchOutcome:
     return BatchOutcome(operations, operations, 0, {}, [], None)
 
 
-class ReplicaHoldTests(SynchronousTestCase):
+class HoldCase(SynchronousTestCase):
+    """A ReplicaHold on a test clock, what it finished, and hand-overs."""
+
     def setUp(self) -> None:
         self.clock = Clock()
         self.finished: list[BatchOutcome] = []
@@ -29,6 +32,8 @@ class ReplicaHoldTests(SynchronousTestCase):
         self.hold.handed_over(ops)
         return ops
 
+
+class ReplicaHoldTests(HoldCase):
     def test_positionsAndShipper(self) -> None:
         """Each hand-over takes the next positions; the shipper gets the first and the ops."""
         shipped: list[tuple[int, int]] = []
@@ -90,3 +95,58 @@ class ReplicaHoldTests(SynchronousTestCase):
         self.hand(4)
         self.hold.reset()
         self.assertEqual((self.hold.handed, list(self.hold.commit_latencies)), (0, []))
+
+
+class RefusalTests(HoldCase):
+    """What waits for the partner is refused, never acknowledged, when it cannot come."""
+
+    def held(self) -> tuple[BatchOutcome, BatchOutcome]:
+        """Two batches reported and held for the partner."""
+        self.hold.hold_for_replica(True)
+        self.hand(2)
+        self.hand(3)
+        first, second = outcome(2), outcome(3)
+        self.hold.batch_done(first)
+        self.hold.batch_done(second)
+        return first, second
+
+    def test_refuseHeld(self) -> None:
+        """
+        refuse_held fails what waits now with the error, in order; what is
+        reported later waits for the partner as before.
+        """
+        self.held()
+        error = JournalError("unreachable")
+        self.hold.refuse_held(error)
+        self.assertEqual([f.error for f in self.finished], [error, error])
+        self.hand(1)
+        later = outcome(1)
+        self.hold.batch_done(later)
+        self.assertEqual(len(self.finished), 2)
+        self.hold.replica_acked(6)
+        self.assertIs(self.finished[-1], later)
+
+    def test_withheld(self) -> None:
+        """
+        withhold fails what waits, and everything reported later while the
+        hold lasts; a hold ended (alone) finishes as usual.
+        """
+        self.held()
+        error = JournalError("yielded")
+        self.hold.withhold(error)
+        self.hand(1)
+        self.hold.batch_done(outcome(1))
+        self.assertEqual([f.error for f in self.finished], [error] * 3)
+        self.hold.hold_for_replica(False)
+        self.hand(1)
+        self.hold.batch_done(outcome(1))
+        self.assertIsNone(self.finished[-1].error)
+
+    def test_failureKept(self) -> None:
+        """A batch that failed on its own keeps its own error when withheld."""
+        self.hold.hold_for_replica(True)
+        self.hand(1)
+        own = JournalError("disk full")
+        self.hold.batch_done(BatchOutcome(1, 1, 0, {}, [], own))
+        self.hold.withhold(JournalError("yielded"))
+        self.assertIs(self.finished[0].error, own)

@@ -346,7 +346,7 @@ class PassiveRowTests(SynchronousTestCase):
         for role in Role:
             machine = machine_in(State.PASSIVE, role, now=5.0)
             self.assertEqual(
-                machine.handle(Event.CLIENT_REQUEST, 7.0),
+                machine.handle(Event.CLIENT_REQUEST, 7.0, in_sync=True),
                 Transition(State.ACTIVE, (A.BECOME_ACTIVE, A.TAKE_OVER, A.ACCEPT_CLIENT)),
             )
 
@@ -529,7 +529,7 @@ class TableTests(SynchronousTestCase):
         )
         self.assertIn("starting + peer_active -> become_passive -> passive", lines)
         self.assertIn(
-            "passive + client_request [partner silent]"
+            "passive + client_request [partner silent, in sync]"
             " -> become_active, take_over, accept_client -> active",
             lines,
         )
@@ -607,7 +607,7 @@ class ScenarioTests(SynchronousTestCase):
         self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 6.5).actions, (A.REFUSE_CLIENT,))
         self.assertEqual(backup.handle(Event.PEER_SILENT, 7.0).actions, (A.REPORT_PARTNER_GONE,))
         self.assertEqual(
-            backup.handle(Event.CLIENT_REQUEST, 7.0),
+            backup.handle(Event.CLIENT_REQUEST, 7.0, in_sync=True),
             Transition(State.ACTIVE, (A.BECOME_ACTIVE, A.TAKE_OVER, A.ACCEPT_CLIENT)),
         )
         self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 7.5).actions, (A.ACCEPT_CLIENT,))
@@ -645,7 +645,7 @@ class ScenarioTests(SynchronousTestCase):
         """
         _, backup = self.running()
         backup.handle(Event.PEER_SILENT, 7.0)
-        backup.handle(Event.CLIENT_REQUEST, 7.0)
+        backup.handle(Event.CLIENT_REQUEST, 7.0, in_sync=True)
         primary = PairMachine(P, 20.0, heartbeat=1.0, misses=2)
         self.assertEqual(
             beat(primary, backup, 20.1), Transition(State.ACTIVE, (A.REPORT_PARTNER_BACK,))
@@ -697,7 +697,7 @@ class ScenarioTests(SynchronousTestCase):
         primary, backup = self.running()
         backup.handle(Event.PEER_SILENT, 7.0)
         primary.handle(Event.PEER_SILENT, 7.0)
-        self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 7.5).state, State.ACTIVE)
+        self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 7.5, in_sync=True).state, State.ACTIVE)
         self.assertEqual(
             beat(primary, backup, 10.0),
             Transition(
@@ -719,7 +719,7 @@ class ScenarioTests(SynchronousTestCase):
         heartbeat); the primary then goes active and the backup stays passive.
         """
         primary, backup = self.running()
-        backup.handle(Event.CLIENT_REQUEST, 7.5)
+        backup.handle(Event.CLIENT_REQUEST, 7.5, in_sync=True)
         # The primary's ACTIVE heartbeat reaches the backup; then it crashes and restarts.
         beat(primary, backup, 10.0)
         primary = PairMachine(P, 10.5, heartbeat=1.0, misses=2)
@@ -745,3 +745,150 @@ class ScenarioTests(SynchronousTestCase):
         self.assertEqual(hear(primary, State.PASSIVE, B, 11.0).actions, ())
         reports = [primary.handle(Event.PEER_SILENT, t).actions for t in (13.0, 14.0)]
         self.assertEqual(reports, [(A.REPORT_PARTNER_GONE,), ()])
+
+
+class SafetyTests(SynchronousTestCase):
+    """
+    Stalls of this process are not the partner's silence; an active goes
+    on alone only after alone-after, and a passive takes over only in sync
+    and within alone-after (less a heartbeat) of hearing the active; of two
+    actives, the newer serves.
+    """
+
+    def running(self, alone_after: float | None = 10.0) -> tuple[PairMachine, PairMachine]:
+        """
+        A primary ACTIVE and a backup PASSIVE, heartbeats every second to
+        5.0, seen; going alone after C{alone_after} of silence (None: never).
+        """
+        primary = PairMachine(P, 0.0, heartbeat=1.0, misses=2, alone_after=alone_after)
+        backup = PairMachine(B, 0.0, heartbeat=1.0, misses=2, alone_after=alone_after)
+        beat(backup, primary, 0.0)
+        for second in range(6):
+            for machine in (primary, backup):
+                machine.observe(float(second))
+            beat(primary, backup, float(second))
+            beat(backup, primary, float(second), in_sync=True)
+        self.assertEqual((primary.state, backup.state), (State.ACTIVE, State.PASSIVE))
+        return primary, backup
+
+    def test_stallIsNotSilence(self) -> None:
+        """
+        A broker stalled for 15 s (SIGSTOP) finds its partner alive when it
+        resumes, and silent only after the timeout of its own running time.
+        """
+        primary, _ = self.running()
+        primary.observe(20.0)  # the first thing it sees after the stall
+        self.assertTrue(primary.partner_alive(20.0))
+        self.assertFalse(primary.alone(20.0))
+        self.assertEqual(primary.stalls, 1)
+        for now in (21.0, 22.0):
+            primary.observe(now)
+        self.assertFalse(primary.partner_alive(22.0))
+
+    def test_regularTicksCountSilence(self) -> None:
+        """Ticks a heartbeat apart are no stall: the partner goes silent on time."""
+        primary, _ = self.running()
+        for now in (6.0, 7.0):
+            primary.observe(now)
+        self.assertFalse(primary.partner_alive(7.0))
+        self.assertEqual(primary.stalls, 0)
+
+    def test_aloneAfter(self) -> None:
+        """An active goes on alone after alone-after of silence, not at the timeout."""
+        primary, _ = self.running()
+        for second in range(6, 15):
+            primary.observe(float(second))
+            self.assertFalse(primary.alone(float(second)), second)
+        primary.observe(15.0)
+        self.assertTrue(primary.alone(15.0))
+
+    def test_neverAloneOnSilenceByDefault(self) -> None:
+        """
+        Without alone-after, silence never makes an active go alone, and a
+        passive in sync takes over however long ago it heard the active.
+        """
+        primary, backup = self.running(alone_after=None)
+        for second in range(6, 60):
+            primary.observe(float(second))
+            backup.observe(float(second))
+        self.assertFalse(primary.alone(59.0))
+        self.assertEqual(
+            backup.handle(Event.CLIENT_REQUEST, 59.0, in_sync=True).state, State.ACTIVE
+        )
+
+    def test_aloneAfterTooShortRefused(self) -> None:
+        """An alone-after shorter than the timeout and two heartbeats is refused."""
+        self.assertRaises(ValueError, PairMachine, P, 0.0, heartbeat=1.0, misses=2, alone_after=3.0)
+        self.assertEqual(PairMachine(P, 0.0, 1.0, 2, alone_after=4.0).alone_after, 4.0)
+
+    def test_noTakeoverOutOfSync(self) -> None:
+        """
+        A passive not in sync (catching up) whose active is silent refuses a
+        client and says why, instead of taking over without what the active
+        acknowledged alone.
+        """
+        _, backup = self.running()
+        backup.observe(6.0)
+        backup.observe(7.0)
+        self.assertEqual(
+            backup.handle(Event.CLIENT_REQUEST, 7.0, in_sync=False),
+            Transition(State.PASSIVE, (A.REPORT_NO_TAKEOVER, A.REFUSE_CLIENT)),
+        )
+
+    def test_noTakeoverTooLate(self) -> None:
+        """
+        A passive in sync whose active fell silent longer ago than
+        alone-after less a heartbeat does not take over: the active may
+        have acknowledged alone since.
+        """
+        _, backup = self.running()
+        for second in range(6, 15):
+            backup.observe(float(second))
+        self.assertEqual(
+            backup.handle(Event.CLIENT_REQUEST, 14.0, in_sync=True).state, State.PASSIVE
+        )
+        backup = self.running()[1]
+        backup.observe(6.0)
+        backup.observe(7.0)
+        self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 7.0, in_sync=True).state, State.ACTIVE)
+
+    def test_pausedPassiveDoesNotTakeOver(self) -> None:
+        """
+        A passive paused for longer than alone-after finds, once it has run
+        for the timeout, a silent active, but does not take over: pauses
+        count against the takeover (the active may have gone on alone).
+        """
+        _, backup = self.running()
+        backup.observe(30.0)  # resumed after a 25 s stall
+        self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 30.0, in_sync=True).actions[-1:],
+                         (A.REFUSE_CLIENT,))  # fmt: skip
+        for now in (31.0, 32.0):
+            backup.observe(now)
+        self.assertEqual(
+            backup.handle(Event.CLIENT_REQUEST, 32.0, in_sync=True),
+            Transition(State.PASSIVE, (A.REPORT_NO_TAKEOVER, A.REFUSE_CLIENT)),
+        )
+
+    def test_pausedActiveYieldsToNewer(self) -> None:
+        """
+        The active is paused; a client makes the passive (in sync) take over;
+        the old active resumes, is not alone, and on the new active's
+        heartbeat (it took over from the old one's history) yields; the new
+        one, hearing the old, stays.
+        """
+        primary, backup = self.running()
+        backup.observe(6.0)
+        backup.observe(7.0)
+        self.assertEqual(backup.handle(Event.CLIENT_REQUEST, 7.0, in_sync=True).state, State.ACTIVE)
+        primary.observe(20.0)
+        self.assertFalse(primary.alone(20.0))
+        primary.heard(20.0)
+        self.assertEqual(
+            primary.handle(Event.PEER_ACTIVE, 20.0, partner_newer=True),
+            Transition(State.PASSIVE, (A.REPORT_DUAL_ACTIVE, A.BECOME_PASSIVE)),
+        )
+        backup.heard(20.0)
+        self.assertEqual(
+            backup.handle(Event.PEER_ACTIVE, 20.0, partner_older=True),
+            Transition(State.ACTIVE, (A.REPORT_DUAL_ACTIVE,)),
+        )

@@ -441,20 +441,25 @@ class LayoutTests(SynchronousTestCase):
     def test_heartbeatBytes(self) -> None:
         """
         HEARTBEAT strings are a 4-byte length then UTF-8; in_sync and leads
-        one byte each (0 or 1: another value is malformed).
+        one byte each (0 or 1: another value is malformed); the previous
+        epoch last.
         """
         self.assertEqual(
-            pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True)),
+            pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True, "d")),
             [
                 b"MP\x04\x01"
                 + bytes.fromhex("00000001 70  00000002 c3a9  01  00000000  00000001 65")
-                + bytes.fromhex("0000000000000002 01")
+                + bytes.fromhex("0000000000000002 01  00000001 64")
             ],
         )
         frame = pair.encode(Heartbeat("p", "s", False, "", "", 0, False))[0]
         in_sync = 4 + 5 + 5  # after the header and the two one-letter strings
-        self.assertEqual((frame[in_sync], frame[-1]), (0, 0))
-        for bad in (frame[:-1] + b"\x02", frame[:in_sync] + b"\x02" + frame[in_sync + 1 :]):
+        leads = len(frame) - 5  # before the empty previous epoch
+        self.assertEqual((frame[in_sync], frame[leads]), (0, 0))
+        for bad in (
+            frame[:leads] + b"\x02" + frame[leads + 1 :],
+            frame[:in_sync] + b"\x02" + frame[in_sync + 1 :],
+        ):
             with self.assertRaises(MalformedPairMessage):
                 pair.decode([bad])
 
