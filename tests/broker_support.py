@@ -97,6 +97,7 @@ class BrokerHarness:
         self.clock.run_thread_calls(
             lambda: (
                 journal.pending_writes == 0
+                and journal.pending_reads == 0
                 and not any(
                     c.replaying or any(r.reading for r in c.ranges.values()) for c in registry
                 )

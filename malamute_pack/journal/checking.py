@@ -70,21 +70,20 @@ def read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def find_damage(path: Path, check: str, *, created: bool) -> str | None:
+def find_damage(path: Path, check: str) -> str | None:
     """
-    Why the journal file at C{path} is damaged, or None. C{created}: a
-    journal was made there (the data directory's marker says so), so an
-    empty file is damaged too. C{check} says when the whole file is read
-    (L{malamute_pack.journal.config.CHECKS_AT_OPEN}). Raises what SQLite raises that is not damage.
+    Why the journal file at C{path} is damaged, or None. C{check} says when
+    the whole file is read (L{malamute_pack.journal.config.CHECKS_AT_OPEN}).
+    Raises what SQLite raises that is not damage.
     """
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return None  # a new journal (a missing one the marker refuses)
-    if size < HEADER_BYTES and (size or created):
-        return f"the file is {size} bytes long, shorter than SQLite's header ({HEADER_BYTES})"
     if size == 0:
-        return None
+        return None  # a new journal (an emptied one the marker refuses)
+    if size < HEADER_BYTES:
+        return f"the file is {size} bytes long, shorter than SQLite's header ({HEADER_BYTES})"
     try:
         with closing(read_only(path)) as conn:
             crashed = _running(conn)

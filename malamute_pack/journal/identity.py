@@ -10,8 +10,9 @@ and creation time. From then on, a journal that opens with a marker must be
 the one the marker names: a missing file, or one with another identity, is
 refused with a :class:`JournalIdentityError` that says what happened and
 what to do: restore the file, or remove the marker to start afresh (or
-adopt the other journal) on purpose. An empty (truncated) file is damaged:
-it is salvaged with the marker's identity (:mod:`malamute_pack.journal.salvage`).
+adopt the other journal) on purpose. An empty (truncated) file is refused
+too: there is nothing in it to salvage. A file cut short or damaged is
+salvaged with the marker's identity (:mod:`malamute_pack.journal.salvage`).
 
 The marker is deliberately not named like the journal, so that removing
 ``journal.sqlite*`` does not remove it too.

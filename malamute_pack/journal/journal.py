@@ -790,6 +790,11 @@ class Journal:
         return self._hand.pending
 
     @property
+    def pending_reads(self) -> int:
+        """Reads handed to the reader thread and not yet answered."""
+        return self._reader.pending
+
+    @property
     def backlog_bytes(self) -> int:
         """Bytes of writes handed to the writer and not yet reported back."""
         return self._backlog.bytes

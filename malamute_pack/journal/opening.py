@@ -127,7 +127,7 @@ def open_journal(
         finish_interrupted(path)
         expected = _check_file(path, marker)
         path.parent.mkdir(parents=True, exist_ok=True)
-        why = find_damage(path, check, created=expected is not None)
+        why = find_damage(path, check)
         if why is not None:
             salvaged = _salvage(path, why, expected, crash_skip, now())
         try:
@@ -175,14 +175,14 @@ def _open(
 
 def _check_file(path: Path, marker: Path | None) -> Marker | None:
     """
-    The marker, if there is one; refuses a journal file that is missing
-    where the marker says a journal was created (an empty one is damaged:
-    salvaged).
+    The marker, if there is one; refuses a journal file that is missing or
+    empty where the marker says a journal was created (nothing in it to
+    salvage: only the operator can restore it or start afresh).
     """
     if marker is None:
         return None
     expected = read_marker(marker)
-    if expected is not None and not path.is_file():
+    if expected is not None:
         check_file(path, marker, expected)
     return expected
 

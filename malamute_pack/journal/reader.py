@@ -46,6 +46,8 @@ class ReaderThread:
         self._reactor = reactor
         self._conn: sqlite3.Connection | None = None
         self._pool: ThreadPool | None = None
+        self.pending = 0
+        """Reads asked for and not yet answered."""
 
     @property
     def running(self) -> bool:
@@ -71,7 +73,13 @@ class ReaderThread:
         if pool is None or conn is None:
             raise JournalError(f"journal {self._path} is not open")
         reading: Deferred[T] = deferToThreadPool(self._reactor, pool, query, conn, *args, **kwargs)
+        self.pending += 1
+        reading.addBoth(self._answered)
         return reading.addErrback(self._wrap_failure)
+
+    def _answered(self, result: object) -> object:
+        self.pending -= 1
+        return result
 
     def _wrap_failure(self, failure: Failure) -> Failure:
         exc = failure.value

@@ -261,27 +261,31 @@ class MarkerTests(TestCase):
         self.assertEqual(read_marker(self.marker), marker)
 
     @inlineCallbacks
-    def test_truncatedJournalSalvaged(self) -> Inline:
+    def test_truncatedJournalRefused(self) -> Inline:
         """
         A journal file truncated to 0 bytes where the marker says a journal
-        was created is damaged: salvaged (the empty file kept aside, a new
-        journal with the marker's identity, nothing of it to save), not
-        refused and not silently made anew; the backup put back in its
-        place opens with its letters.
+        was created is refused (nothing in it to salvage), left as it is,
+        not made anew; the backup put back in its place opens with its
+        letters. A file cut short but not empty is salvaged instead.
         """
         yield self.fill()
-        identity = read_marker(self.marker)
         backup = self.data_dir / "backup"
         shutil.copy(self.path, backup)
         self.path.write_bytes(b"")
+        message = self.refused()
+        self.assertIn(f"journal {self.path} is empty (0 bytes: it was truncated)", message)
+        self.assertIn(f"remove {self.marker}", message)
+        self.assertEqual(self.path.read_bytes(), b"")
+        self.assertEqual(list(self.data_dir.glob("journal.sqlite.*")), [])
+
+        self.path.write_bytes(backup.read_bytes()[:50])
         journal = self.journal()
         journal.open()
         salvaged = journal.salvaged
-        assert salvaged is not None and identity is not None
+        assert salvaged is not None
         self.assertIn("shorter than SQLite's header", salvaged.reason)
-        self.assertEqual(salvaged.aside.read_bytes(), b"")
-        self.assertEqual(journal.identity, identity.identity)
         yield journal.close()
+
         for name in self.data_dir.glob("journal.sqlite*"):
             name.unlink()
         shutil.copy(backup, self.path)

@@ -1,6 +1,6 @@
 """
 Tests for L{malamute_pack.journal.reader}: queries run on the journal's
-reader thread and fire in the reactor; what SQLite fails with comes back as
+reader thread and fire in the reactor, counted while pending; what SQLite fails with comes back as
 a JournalError; a reader not started, or stopped, refuses.
 """
 
@@ -44,6 +44,18 @@ class ReaderThreadTests(TestCase):
         self.assertTrue(reader.running)
         name = yield reader.read(thread_name)
         self.assertIn("journal-reader", name)
+
+    @inlineCallbacks
+    def test_pendingCounted(self) -> Inline:
+        """Reads asked for count as pending until answered, failed ones too."""
+        reader = self.reader()
+        reading = reader.read(thread_name)
+        failing = reader.read(broken)
+        self.assertEqual(reader.pending, 2)
+        yield reading
+        with self.assertRaises(JournalError):
+            yield failing
+        self.assertEqual(reader.pending, 0)
 
     @inlineCallbacks
     def test_sqliteErrorWrapped(self) -> Inline:
