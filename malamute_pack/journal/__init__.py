@@ -23,6 +23,8 @@ This module re-exports the public API. Its modules:
 - C{damage}: what the journal cannot serve (damaged, or lost in a salvage),
   told to readers as gaps, logged and counted.
 - C{checking}: finding a damaged file as it opens (quick_check, checksums).
+- C{wal}: its write-ahead log checked before SQLite reads it: repaired
+  where damaged in place, refused where cut short.
 - C{salvage}: a damaged file kept aside, what can be saved copied into a
   new journal with the same identity, what was lost reported.
 - C{reader}: the reader thread that runs those reads.

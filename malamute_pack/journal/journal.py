@@ -259,6 +259,8 @@ class Journal:
         )
         self.identity = opened.identity
         self.crashed = opened.crashed
+        if opened.wal_repaired is not None:
+            _log.error("journal {path}: {why}", path=str(self._path), why=opened.wal_repaired)
         if opened.salvage is not None:
             self.salvaged = opened.salvage
             self._log_salvage(opened.salvage)

@@ -52,6 +52,8 @@ from malamute_pack.journal.schema import (
     migrate,
 )
 from malamute_pack.journal.verify import Found
+from malamute_pack.journal.wal import WalCut, repair, shm_path, wal_path
+from malamute_pack.journal.wal import check as check_wal
 from malamute_pack.journal.writer import SET_COUNTER
 from malamute_pack.protocol.records import AppendKey, ConsumerPosition, QueuedRecord
 
@@ -104,6 +106,8 @@ class Opened:
     last_id: int
     # What a salvage of the damaged file did before it opened, if one ran.
     salvage: Salvage | None = None
+    # Why its write-ahead log was repaired before it opened, if it was.
+    wal_repaired: str | None = None
 
 
 def open_journal(
@@ -127,7 +131,9 @@ def open_journal(
         finish_interrupted(path)
         expected = _check_file(path, marker)
         path.parent.mkdir(parents=True, exist_ok=True)
-        why = find_damage(path, check)
+        wal_repaired = _check_wal(path)
+        # A repaired log may have brought back a damaged page: read it all.
+        why = find_damage(path, "always" if wal_repaired else check)
         if why is not None:
             salvaged = _salvage(path, why, expected, crash_skip, now())
         try:
@@ -142,7 +148,37 @@ def open_journal(
         if isinstance(exc, JournalError):
             raise
         raise JournalError.wrap(exc, path, "opening") from exc
-    return Opened(*opened, salvage=salvaged)
+    return Opened(*opened, salvage=salvaged, wal_repaired=wal_repaired)
+
+
+def _check_wal(path: Path) -> str | None:
+    """
+    Check the journal's write-ahead log before SQLite reads it
+    (L{malamute_pack.journal.wal}): repair one damaged in place (saying
+    why), refuse one cut short.
+
+    @raise WalCut: the log lost frames that were committed.
+    """
+    state = check_wal(path)
+    if state.cut:
+        raise WalCut(
+            f"journal {path}: its write-ahead log {wal_path(path)} was cut short: it holds "
+            f"{max(state.ours, state.valid)} frames of its writes, but {state.committed} were "
+            f"committed to it (its index {shm_path(path)} says so). The writes after them "
+            f"(acknowledged letters, stream records, positions) are not in it, so the broker "
+            f"refuses to start rather than lose them silently. Restore the journal's files from "
+            f"a backup; or, to go on with what is left on purpose (what was cut stays lost), "
+            f"remove {shm_path(path)}."
+        )
+    if not state.damaged:
+        return None
+    where = "its header" if not state.header_ok else f"frame {state.valid + 1}"
+    repair(path, state)
+    return (
+        f"its write-ahead log was damaged at {where} of {state.ours}: SQLite would have dropped "
+        f"every write from there on; the log was repaired so that they are kept, and the journal "
+        f"checked whole"
+    )
 
 
 def _salvage(path: Path, why: str, expected: Marker | None, crash_skip: int, now: float) -> Salvage:
