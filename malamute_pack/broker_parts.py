@@ -18,6 +18,7 @@ import zmq
 
 from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import Broker
+from malamute_pack.datadir import pack_identity
 from malamute_pack.feature import CoreSettings, Shown
 from malamute_pack.journal import Journal, Recovered
 from malamute_pack.transport.curve import LinkCurve
@@ -45,6 +46,13 @@ class Activity(Protocol):
     def use_security(self, security: Any) -> None:
         """The clients' security in force here."""
 
+    @property
+    def shared_identity(self) -> bytes | None:
+        """
+        The identity this broker shows other brokers while active, if it
+        shares one (a pair's, the same on both), else None (its own).
+        """
+
 
 @dataclass
 class BrokerParts:
@@ -55,6 +63,8 @@ class BrokerParts:
 
     @ivar restore: puts what the journal recovered back in the broker.
     @ivar shown: what the statistics show of each feature made so far.
+    @ivar activity: the feature that decides whether this broker is
+        active (a pair's), once made.
     """
 
     reactor: Any
@@ -69,3 +79,13 @@ class BrokerParts:
     access: AccessControl | None = None
     routers: list[RouterService] = field(default_factory=list)
     shown: dict[str, Shown] = field(default_factory=dict)
+    activity: Activity | None = None
+
+    def identity(self) -> bytes:
+        """
+        The identity this broker shows other brokers (a pack's peers): the
+        one its activity shares (a pair's), else its own (C{pack-id}).
+        Asked when needed: a pair's backup learns the pair's from its primary.
+        """
+        shared = self.activity.shared_identity if self.activity is not None else None
+        return shared if shared is not None else pack_identity(self.data_dir)

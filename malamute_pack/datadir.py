@@ -345,14 +345,34 @@ def pack_identity(data_dir: Path) -> bytes:
     C{pack-id} file (32 hex digits), made there on the first call.
     """
     path = data_dir / PACK_ID_FILE
+    identity = _read_identity(path)
+    if identity is None:
+        identity = uuid.uuid4().bytes
+        _write_identity(path, identity)
+    return identity
+
+
+# The identity a pair's backup learned from its primary: the pair's, shown
+# to a pack by whichever of the two is active.
+PAIR_PACK_ID_FILE: Final = "pair-pack-id"
+
+
+def learned_identity(data_dir: Path) -> bytes | None:
+    """The pair's identity this backup learned from its primary, if it did."""
+    return _read_identity(data_dir / PAIR_PACK_ID_FILE)
+
+
+def learn_identity(data_dir: Path, identity: bytes) -> None:
+    """Keep C{identity}, the pair's, as learned from the primary."""
+    _write_identity(data_dir / PAIR_PACK_ID_FILE, identity)
+
+
+def _read_identity(path: Path) -> bytes | None:
+    """The 16 bytes the file at C{path} holds as 32 hex digits; None if it is missing."""
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
-        identity = uuid.uuid4().bytes
-        scratch = path.with_suffix(".new")
-        scratch.write_text(identity.hex().upper() + "\n")
-        os.replace(scratch, path)
-        return identity
+        return None
     try:
         identity = bytes.fromhex(text)
     except ValueError:
@@ -360,3 +380,9 @@ def pack_identity(data_dir: Path) -> bytes:
     if len(identity) != 16:
         raise ValueError(f"{path} does not hold a pack identity (32 hex digits): {text[:40]!r}")
     return identity
+
+
+def _write_identity(path: Path, identity: bytes) -> None:
+    scratch = path.with_suffix(".new")
+    scratch.write_text(identity.hex().upper() + "\n")
+    os.replace(scratch, path)

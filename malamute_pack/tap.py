@@ -276,6 +276,7 @@ def makeBrokerService(
         if feature.decides_activity
     }
     activity = next((cast(Activity, s) for s in made.values() if s is not None), None)
+    parts.activity = activity
     if journal is not None:
         # Started first: letters are back in their queues before clients come
         # (in a pair, once this broker is the active one).

@@ -111,6 +111,7 @@ class PackFeature:
             section,
             parts.data_dir,
             parts.links.get(PACK_DOMAIN),
+            identity=parts.identity,
         )
 
     def shown(self, service: PackService, section: PackSettings) -> Shown:

@@ -2,7 +2,8 @@
 The pack as a Twisted service of ``twistd malamute --pack NAME``: this
 broker's L{Pack} on a L{Zyre} node that joins the pack's group, with the
 broker's stable identity (made once, kept in the data directory) as its
-ZRE uuid and as the origin its records carry on other brokers.
+ZRE uuid and as the origin its records carry on other brokers (a pair's
+two brokers share the primary's: whichever is active joins with it).
 
 Started after the broker and its journal (the highest origin sequence
 numbers already taken are read from the journal first), stopped before
@@ -19,6 +20,7 @@ Tests: ``tests/unit/test_pack_service.py``.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +90,15 @@ class PackService(Service):
         settings: PackSettings,
         data_dir: Path,
         curve: LinkCurve | None = None,
+        *,
+        identity: Callable[[], bytes] | None = None,
     ) -> None:
         """
         @param curve: this broker's key pair in the pack and the keys of the
             brokers it admits (a ZAP handler serves them); None: an open pack.
+        @param identity: gives the identity to join with, asked at each
+            start (a pair's, shared by its two brokers); None: this broker's
+            own, from C{data_dir}.
         """
         assert settings.name is not None
         self._reactor = reactor
@@ -100,6 +107,7 @@ class PackService(Service):
         self._journal = journal
         self._settings = settings
         self._data_dir = data_dir
+        self._identity = identity
         self._curve = curve
         self.pack: Pack | None = None
         self.zyre: Zyre | None = None
@@ -109,7 +117,7 @@ class PackService(Service):
     def startService(self) -> None:
         settings = self._settings
         assert settings.name is not None
-        identity = pack_identity(self._data_dir)
+        identity = self._identity() if self._identity is not None else pack_identity(self._data_dir)
         marks = self._journal.origin_marks() if self._journal is not None else {}
         broker_id = identity.hex().upper()
         # Only listed brokers are believed about owners: a CURVE pack's.

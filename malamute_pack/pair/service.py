@@ -62,6 +62,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from malamute_pack.broker.session import Receiver
+from malamute_pack.datadir import learn_identity, learned_identity, pack_identity
 from malamute_pack.journal.journal import Journal, Recovered
 from malamute_pack.pair.check import write_state
 from malamute_pack.pair.config import PairSettings
@@ -158,6 +159,15 @@ class PairService(Service):
         self._data_dir = data_dir
         self._recorded = ""
         self.role = Role(settings.role)
+        # The identity the pair shows other brokers (a pack): the primary's
+        # own, which the backup learns from its heartbeats, so that records
+        # forwarded by either are one origin's and the two never take each
+        # other for a peer (None: a backup that has not heard it yet).
+        self.shared_identity: bytes | None = None
+        if data_dir is not None:
+            self.shared_identity = (
+                pack_identity(data_dir) if self.role is Role.PRIMARY else learned_identity(data_dir)
+            )
         self._heartbeat = settings.heartbeat_ms / 1000.0
         self.machine = PairMachine(
             self.role,
@@ -350,12 +360,28 @@ class PairService(Service):
                 link,
                 self._leads,
                 self.previous_epoch,
+                self.shared_identity.hex().upper() if self.shared_identity else "",
             )
         )
         if not machine.partner_alive(now):
             self._handle(Event.PEER_SILENT, now)
         if source is not None and source.holding:
             self._watch_partner(now)
+
+    def _learn_identity(self, text: str) -> None:
+        """The primary's identity, C{text} (32 hex digits), is the pair's: kept."""
+        try:
+            identity = bytes.fromhex(text)
+        except ValueError:
+            return
+        if len(identity) != 16 or identity == self.shared_identity or self._data_dir is None:
+            return
+        learn_identity(self._data_dir, identity)
+        self.shared_identity = identity
+        _log.info(
+            "pair: this broker shows other brokers the pair's identity {id} (the primary's)",
+            id=text.upper(),
+        )
 
     def _watch_partner(self, now: float) -> None:
         """
@@ -458,6 +484,8 @@ class PairService(Service):
                     source.drop_link()
             self.machine.observe(now)
             self.machine.heard(now)
+            if message.role == Role.PRIMARY.value and self.role is Role.BACKUP:
+                self._learn_identity(message.pack_id)
             if self.source is not None:
                 self._serve_again()
             epoch = self.epoch

@@ -23,8 +23,10 @@ retained sequence numbers. Version 3 carries an append's
 records (A) as one block packed by column
 (:mod:`malamute_pack.protocol.rowblock`), no longer as a row frame each:
 the passive rebuilds a thousand records without running Python code for
-each. Version 4 (this one) adds consumer positions (C), which the
-catch-up copies as rows of their table, and the last-value streams (L).
+each. Version 4 added consumer positions (C), which the catch-up copies
+as rows of their table, and the last-value streams (L). Version 5 (this
+one) adds to HEARTBEAT the history an active took over from (of two
+actives, the newer serves) and the pack identity the pair shares.
 Brokers of other versions cannot pair with it: each refuses the other's
 messages, naming both versions.
 
@@ -32,7 +34,7 @@ messages, naming both versions.
 command            direction   fields / frames
 =================  ==========  ============================================
 HEARTBEAT (1)      both        role, state, in_sync, incarnation, epoch, link,
-                               leads, previous
+                               leads, previous, pack id
 HELLO (2)          passive     incarnation, epoch, last id, streams' last
                                sequence numbers; frame: letter ids (u64s)
 CATCHUP_BEGIN (3)  active      link, base, mode, epoch, truncate points and
@@ -67,7 +69,7 @@ from malamute_pack.protocol.rowblock import decode_rows, encode_rows
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
-VERSION: Final = 4
+VERSION: Final = 5
 
 # Catch-up modes: what the passive keeps of its own journal.
 INCREMENTAL: Final = 0  # it follows this history: keep it all
@@ -91,6 +93,9 @@ class Heartbeat:
     # The history its active took over from ("" for none): of two actives,
     # the one whose previous is the other's epoch is the newer.
     previous: str = ""
+    # The identity the pair shows other brokers (a pack): the primary's,
+    # which the backup learns from it (32 hex digits; "" for none yet).
+    pack_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,6 +453,7 @@ _CODEC: Final[zproto.Codec[PairMessage]] = zproto.Codec(
                 ("link", zproto.NUMBER8),
                 ("leads", zproto.BOOL),
                 ("previous", _TEXT),
+                ("pack_id", _TEXT),
             ),
         ),
         zproto.Spec(

@@ -2,7 +2,7 @@
 Tests for L{malamute_pack.pair.service}, L{malamute_pack.pair.link} and
 L{malamute_pack.pair.gate}: two brokers of a pair, each the service
 C{twistd malamute --pair} runs, in this process, with real sockets (ipc),
-real journals and raw client peers.
+real journals and raw client peers; the identity the pair shares.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from twisted.python import usage
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.broker.broker import Broker, BrokerConfig
+from malamute_pack.datadir import learned_identity, pack_identity
 from malamute_pack.journal.journal import Journal, Recovered
 from malamute_pack.journal.service import JournalService
 from malamute_pack.ops.service import OperationsService
@@ -189,6 +190,24 @@ class PairServiceTests(TestCase):
             )
         )
         return others
+
+    async def test_backupSharesThePrimarysIdentity(self) -> None:
+        """
+        The pair shows other brokers one identity, the primary's: the backup
+        learns it from the primary's heartbeats and keeps it in its data
+        directory, so that it has it again when it starts, before it hears
+        the primary (and joins a pack with it if it takes over).
+        """
+        await self.started()
+        primary_id = pack_identity(self.primary.settings.data_dir)
+        self.assertEqual(self.primary.pair.shared_identity, primary_id)
+        await until(lambda: self.backup.pair.shared_identity == primary_id)
+        self.assertEqual(learned_identity(self.backup.settings.data_dir), primary_id)
+        self.assertNotEqual(pack_identity(self.backup.settings.data_dir), primary_id)
+        await self.backup.stop()
+        await self.primary.stop()
+        self.backup.start(self.context)
+        self.assertEqual(self.backup.pair.shared_identity, primary_id)
 
     async def test_passiveRefusesClients(self) -> None:
         """

@@ -1,7 +1,8 @@
 """
 Tests for L{malamute_pack.pack.service}: two brokers' pack services in one
 process, finding each other through gossip on loopback and forwarding a
-stream record over real sockets.
+stream record over real sockets; a service given an identity (a pair's)
+joins with it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,21 @@ class TwoBrokersTests(TestCase):
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.addCleanup(self.context.term)
 
-    def broker(self, settings: PackSettings) -> tuple[Broker, PackService]:
+    def broker(
+        self, settings: PackSettings, identity: bytes | None = None
+    ) -> tuple[Broker, PackService]:
         broker = Broker(reactor, BrokerConfig())
         base = Path(self.mktemp())
         base.mkdir(parents=True)
-        service = PackService(reactor, self.context, broker, None, settings, base)
+        service = PackService(
+            reactor,
+            self.context,
+            broker,
+            None,
+            settings,
+            base,
+            identity=None if identity is None else (lambda: identity),
+        )
         service.startService()
         self.addCleanup(service.stopService)
         return broker, service
@@ -83,6 +94,35 @@ class TwoBrokersTests(TestCase):
             a.receive(writer, mlm.StreamSend("hello", [b"x"]))
             await self.until(lambda: reader.records, "the record reaches B's reader")
             self.assertEqual([(r.subject, r.sender) for r in reader.records], [("hello", "writer")])
+
+        d: Deferred[None] = Deferred.fromCoroutine(run())
+        return d  # type: ignore[return-value]
+
+    def test_givenIdentityJoinsWithIt(self) -> None:
+        """
+        A pack service given an identity (a pair's, shared by its two
+        brokers) joins with it instead of its data directory's: its peer
+        knows it by that id, the origin of what it forwards.
+        """
+
+        async def run() -> None:
+            shared = bytes(range(16))
+            _, service_a = self.broker(
+                PackSettings(
+                    name="t", gossip_bind=("tcp://127.0.0.1:*",), peer_endpoint="tcp://127.0.0.1:*"
+                ),
+                identity=shared,
+            )
+            assert service_a.zyre is not None and service_a.zyre.gossip is not None
+            gossip = service_a.zyre.gossip.bound[0]
+            _, service_b = self.broker(
+                PackSettings(name="t", gossip_connect=(gossip,), peer_endpoint="tcp://127.0.0.1:*"),
+            )
+            pack_a, pack_b = service_a.pack, service_b.pack
+            assert pack_a is not None and pack_b is not None
+            self.assertEqual(pack_a.broker_id, shared.hex().upper())
+            await self.until(lambda: pack_b.by_origin, "the two federate")
+            self.assertEqual(list(pack_b.by_origin), [shared.hex().upper()])
 
         d: Deferred[None] = Deferred.fromCoroutine(run())
         return d  # type: ignore[return-value]
