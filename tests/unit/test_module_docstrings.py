@@ -1,10 +1,11 @@
 """
-Every module of the package (and the twistd plugin) starts with a
-docstring that says where its tests are: it names at least one test module
-(``tests/unit/test_name.py`` or ``tests/system/test_name.py``, or
-``tests/unit/test_journal_*.py`` for several, or ``tests.unit.test_name``),
-and every test module it names exists. A newcomer reading a module can go
-straight to what checks it, and a name left behind by a rename fails here.
+Every module of the package (and the twistd plugin, and the soak beside
+the package, ``soak/``) starts with a docstring that says where its tests
+are: it names at least one test module (``tests/unit/test_name.py`` or
+``tests/system/test_name.py``, or ``tests/unit/test_journal_*.py`` for
+several, or ``tests.unit.test_name``), and every test module it names
+exists. A newcomer reading a module can go straight to what checks it, and
+a name left behind by a rename fails here.
 """
 
 from __future__ import annotations
@@ -25,8 +26,16 @@ _TEST_MODULE = re.compile(
 
 
 def checked_modules(root: Path = PROJECT_ROOT) -> list[Path]:
-    """The modules whose docstrings are checked, relative to C{root}."""
-    package = sorted(path.relative_to(root) for path in (root / "malamute_pack").rglob("*.py"))
+    """
+    The modules whose docstrings are checked, relative to C{root}: the
+    package's, the twistd plugin and the soak's (C{soak/}, beside the
+    package).
+    """
+    package = sorted(
+        path.relative_to(root)
+        for top in ("malamute_pack", "soak")
+        for path in (root / top).rglob("*.py")
+    )
     return [*package, Path("twisted/plugins/malamute_plugin.py")]
 
 
@@ -110,11 +119,12 @@ class CheckerTests(SynchronousTestCase):
 class ModuleDocstringTests(SynchronousTestCase):
     def test_everyModuleNamesItsTests(self) -> None:
         """
-        Every module under malamute_pack/ and the twistd plugin has a
-        docstring naming at least one test module, and every test module
-        named exists.
+        Every module under malamute_pack/ and soak/ and the twistd plugin
+        has a docstring naming at least one test module, and every test
+        module named exists.
         """
         modules = checked_modules()
         self.assertIn(Path("malamute_pack/protocol/mlm.py"), modules)
+        self.assertIn(Path("soak/checker.py"), modules)
         found = [problem for module in modules for problem in problems(module)]
         self.assertEqual(found, [], "\n" + "\n".join(found))
