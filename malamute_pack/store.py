@@ -13,7 +13,7 @@ Tests: ``tests/unit/test_broker_durable.py`` (the model on a real journal),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
@@ -81,6 +81,13 @@ class Store(Protocol):
 
     def durable_seq(self, stream: str) -> int:
         """The last sequence number whose record is committed (0 for none)."""
+
+    def watch_durable(self, callback: Callable[[Mapping[str, int]], None]) -> None:
+        """
+        Call C{callback(stream_last)} as writes commit: per stream, the last
+        number of the commit (all through it durable now; its records still
+        readable from memory during the call).
+        """
 
     def lost(self, stream: str, first: int, last: int) -> list[tuple[int, int]]:
         """

@@ -21,6 +21,15 @@ Every delivery is one call of the reader's session with a L{StreamRecord};
 a live fan-out hands the same record to every reader, so each dialect
 encodes it once.
 
+A peer broker of the pack (a C{remote} reader) keeps what it is sent in
+its own journal, so it is sent only what is durable here: it never reads
+live, but from the journal up to the last number committed (in a pair,
+that the partner has too), resumed as each batch commits (the store's
+C{watch_durable}, while the batch is still in memory). A record whose
+write failed (a full disk), or that a yielding pair broker withholds,
+never reaches another broker, to come back there under another number
+when its writer tries again.
+
 A reader of a last-value stream may start from its last values
 (C{mlm.LAST_VALUES}): it is put behind at the stream's last sequence
 number + 1 at once, and the store's snapshot as of that number (the latest
@@ -38,7 +47,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -127,6 +136,12 @@ class Streams:
         self._last_seq: dict[str, int] = {}  # sequence numbers when there is no journal
         # Last-value snapshots being read or sent, by reader and stream.
         self._snapshots: dict[tuple[Connection, str], _Snapshot] = {}
+        # Per stream, the highest number heard durable, and the peer brokers
+        # waiting for more to be (see the module).
+        self._durable: dict[str, int] = {}
+        self._awaiting: dict[str, set[Connection]] = {}
+        if store is not None:
+            store.watch_durable(self._committed)
         self.delivered = 0
         self.dropped = 0
         self.gaps = 0
@@ -191,6 +206,9 @@ class Streams:
             self._snapshots.pop((connection, name), None)
             self.streams[name].readers.unsubscribe_owner(connection)
             self._unread(connection, name, patterns)
+        if connection.remote:
+            for waiting in self._awaiting.values():
+                waiting.discard(connection)
         connection.reading.clear()
         connection.behind.clear()
         connection.history.clear()
@@ -291,6 +309,11 @@ class Streams:
         delivered = 0
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
+                continue
+            if reader.remote and self._store is not None:
+                # A peer broker: from the journal once durable (see the module).
+                reader.behind[name] = seq
+                self._awaiting.setdefault(name, set()).add(reader)
                 continue
             if history and name not in reader.history:
                 continue
@@ -559,6 +582,9 @@ class Streams:
         if wanted > store.last_seq(name):
             del connection.behind[name]  # caught up: live from here on
             return
+        if connection.remote and wanted > self._durable_through(name):
+            self._awaiting.setdefault(name, set()).add(connection)
+            return
         if not connection.can_take():
             return
         # A read served from the journal's in-memory tail fires at once, one
@@ -598,11 +624,16 @@ class Streams:
             return
         matches = stream.readers.owner_matches
         session = connection.session
+        durable = self._durable_through(name) if connection.remote else None
         for record in records:
             while lost and lost[0][0] <= record.seq:
                 self._damaged(connection, name, *lost.popleft())
             if record.seq < behind[name]:
                 continue
+            if durable is not None and record.seq > durable:
+                behind[name] = record.seq
+                self._awaiting.setdefault(name, set()).add(connection)
+                return
             own = record.sender != "" and record.sender == connection.address
             subject = record.subject
             if not own and (
@@ -621,6 +652,21 @@ class Streams:
             behind[name] = record.seq + 1
         while lost:
             self._damaged(connection, name, *lost.popleft())
+
+    def _durable_through(self, name: str) -> int:
+        """The last number of C{name} known durable here."""
+        assert self._store is not None
+        return max(self._store.durable_seq(name), self._durable.get(name, 0))
+
+    def _committed(self, stream_last: Mapping[str, int]) -> None:
+        """A batch committed (the store's watch): peer brokers waiting for it read on."""
+        for name, last in stream_last.items():
+            if last > self._durable.get(name, 0):
+                self._durable[name] = last
+            waiting = self._awaiting.pop(name, None)
+            for connection in waiting or ():
+                if not connection.gone:
+                    self.resume(connection, name)
 
     def _damaged(self, connection: Connection, name: str, missed: int, last: int) -> None:
         """Tell C{connection} of records C{missed}..C{last}, not served, unless it is past them."""

@@ -26,7 +26,7 @@ Tests: ``tests/unit/test_journal_handover.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,8 @@ class HandOver:
         self.on_error: Callable[[JournalError], None] | None = None
         # Told the records of each batch that committed.
         self.on_batch: Callable[[int], None] | None = None
+        # Told, per stream, the last number of each batch that committed.
+        self.durable_watchers: list[Callable[[Mapping[str, int]], None]] = []
         self.writer: JournalWriter | None = None
         # Operations handed over and not yet reported back, and those queued
         # but not handed over yet.
@@ -202,6 +204,11 @@ class HandOver:
         """A batch is done (and, in a pair, on the partner's disk too)."""
         self.pending -= outcome.operations
         self._backlog.done(outcome.operations)
+        if outcome.error is None and outcome.stream_last:
+            # Before the tail lets the records go: a read of them a watcher
+            # makes now is served from memory.
+            for watcher in self.durable_watchers:
+                watcher(outcome.stream_last)
         self._sequence.committed(outcome.stream_last)
         counters = self.counters
         error = outcome.error

@@ -64,7 +64,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
@@ -433,6 +433,15 @@ class Journal:
     def durable_seq(self, stream: str) -> int:
         """The last sequence number of ``stream`` whose record is committed (0 for none)."""
         return self._sequence.durable_seq(stream)
+
+    def watch_durable(self, callback: Callable[[Mapping[str, int]], None]) -> None:
+        """
+        Call ``callback(stream_last)`` as each batch commits (in a pair, once
+        the partner has it too): per stream, its last number in the batch,
+        all through it now durable. Called before the in-memory tail lets
+        the batch's records go, so reading them then costs no disk read.
+        """
+        self._hand.durable_watchers.append(callback)
 
     def read_stream(self, stream: str, from_seq: int, limit: int) -> Deferred[list[StreamRecord]]:
         """

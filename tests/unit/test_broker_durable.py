@@ -19,6 +19,7 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig, RetentionPolicy
 from malamute_pack.protocol import mlm
 from tests.broker_support import BrokerHarness
+from tests.memory_session import InMemorySession
 
 W, R, R2, S = b"writer", b"reader", b"reader-2", b"sender"
 
@@ -456,3 +457,57 @@ class NoJournalTests(SynchronousTestCase):
             h.command(S, mlm.MailboxSend("rx", "m", "t", 0, [])),
             [mlm.Stored(1, "t", 200, "stored")],
         )
+
+
+class PeerBrokerTests(DurableTestCase):
+    """A peer broker of the pack is sent only what is durable here."""
+
+    def test_peerGetsOnlyDurable(self) -> None:
+        """
+        A peer broker (a remote connection) reading a stream is sent a
+        record only once it is durable here (in a pair, once the partner
+        has it): while the batch waits for the partner, a local reader has
+        its records live and the peer nothing; once the partner has them,
+        the peer gets them in order, and later records as they commit.
+        """
+        journal = self.h.journal
+        assert journal is not None
+        journal.hold_for_replica(True)
+        peer = InMemorySession("peer")
+        remote = self.h.broker.attach_remote(peer)
+        assert remote is not None
+        self.h.broker.streams.subscribe(remote, "s", "")
+        self.h.open(R, "local", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.writer()
+        self.write("a", "b")
+        self.h.clock.run_thread_calls(lambda: bool(journal.commit_latencies))
+        live = [mlm.decode(frames) for frames in self.h.sent.pop(R, [])]
+        self.assertEqual(records(live), [(1, "a"), (2, "b")])
+        self.assertEqual(peer.records, [])
+        journal.replica_acked(journal.handed)
+        self.assertEqual([(r.seq, r.subject) for r in peer.records], [(1, "a"), (2, "b")])
+        journal.hold_for_replica(False)
+        self.write("c")
+        self.h.settle()
+        self.assertEqual([r.seq for r in peer.records], [1, 2, 3])
+
+    def test_withheldNeverSent(self) -> None:
+        """
+        What waited for a pair's partner when the broker yields (withheld:
+        never acknowledged, the partner serving without it) never reaches a
+        peer broker, though a local reader had it live.
+        """
+        journal = self.h.journal
+        assert journal is not None
+        journal.hold_for_replica(True)
+        peer = InMemorySession("peer")
+        remote = self.h.broker.attach_remote(peer)
+        assert remote is not None
+        self.h.broker.streams.subscribe(remote, "s", "")
+        self.writer()
+        self.write("a")
+        self.h.clock.run_thread_calls(lambda: bool(journal.commit_latencies))
+        journal.withhold("this broker yielded to its pair's partner")
+        self.h.settle()
+        self.assertEqual(peer.records, [])
