@@ -88,4 +88,6 @@ class BrokerParts:
         Asked when needed: a pair's backup learns the pair's from its primary.
         """
         shared = self.activity.shared_identity if self.activity is not None else None
-        return shared if shared is not None else pack_identity(self.data_dir)
+        if shared is not None:
+            return shared
+        return pack_identity(self.data_dir, self.journal.identity if self.journal else None)

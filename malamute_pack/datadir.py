@@ -339,17 +339,35 @@ def _first_missing(directory: Path) -> Path | None:
 PACK_ID_FILE: Final = "pack-id"
 
 
-def pack_identity(data_dir: Path) -> bytes:
+def pack_identity(data_dir: Path, journal: str | None = None) -> bytes:
     """
     This broker's 16-byte identity in the pack, from C{data_dir}'s
     C{pack-id} file (32 hex digits), made there on the first call.
+
+    @param journal: the identity of the journal this broker opened, kept
+        in the file beside it: a broker whose journal was started afresh
+        (another identity) numbers its streams from 1 again, so it is a new
+        member with a new identity, or its peers, which go on from the last
+        number they took from it, would drop its records as seen.
     """
     path = data_dir / PACK_ID_FILE
     identity = _read_identity(path)
-    if identity is None:
+    kept = _journal_of(path)
+    if identity is None or (journal is not None and kept is not None and kept != journal):
         identity = uuid.uuid4().bytes
-        _write_identity(path, identity)
+        _write_identity(path, identity, journal)
+    elif journal is not None and kept is None:
+        _write_identity(path, identity, journal)
     return identity
+
+
+def _journal_of(path: Path) -> str | None:
+    """The journal identity a C{pack-id} file was made for (its second line), if any."""
+    try:
+        lines = path.read_text().split()
+    except FileNotFoundError:
+        return None
+    return lines[1] if len(lines) > 1 else None
 
 
 # The identity a pair's backup learned from its primary: the pair's, shown
@@ -370,7 +388,7 @@ def learn_identity(data_dir: Path, identity: bytes) -> None:
 def _read_identity(path: Path) -> bytes | None:
     """The 16 bytes the file at C{path} holds as 32 hex digits; None if it is missing."""
     try:
-        text = path.read_text().strip()
+        text = (path.read_text().split() or [""])[0]
     except FileNotFoundError:
         return None
     try:
@@ -382,7 +400,7 @@ def _read_identity(path: Path) -> bytes | None:
     return identity
 
 
-def _write_identity(path: Path, identity: bytes) -> None:
+def _write_identity(path: Path, identity: bytes, journal: str | None = None) -> None:
     scratch = path.with_suffix(".new")
-    scratch.write_text(identity.hex().upper() + "\n")
+    scratch.write_text(identity.hex().upper() + "\n" + (f"{journal}\n" if journal else ""))
     os.replace(scratch, path)

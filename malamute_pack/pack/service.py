@@ -117,7 +117,12 @@ class PackService(Service):
     def startService(self) -> None:
         settings = self._settings
         assert settings.name is not None
-        identity = self._identity() if self._identity is not None else pack_identity(self._data_dir)
+        journal = self._journal.identity if self._journal is not None else None
+        identity = (
+            self._identity()
+            if self._identity is not None
+            else pack_identity(self._data_dir, journal)
+        )
         marks = self._journal.origin_marks() if self._journal is not None else {}
         broker_id = identity.hex().upper()
         # Only listed brokers are believed about owners: a CURVE pack's.

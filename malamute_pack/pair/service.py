@@ -159,15 +159,12 @@ class PairService(Service):
         self._data_dir = data_dir
         self._recorded = ""
         self.role = Role(settings.role)
-        # The identity the pair shows other brokers (a pack): the primary's
-        # own, which the backup learns from its heartbeats, so that records
-        # forwarded by either are one origin's and the two never take each
-        # other for a peer (None: a backup that has not heard it yet).
+        # The identity the pair shows other brokers (a pack), the same on
+        # both, so that records forwarded by either are one origin's and the
+        # two never take each other for a peer: the one a broker learned
+        # from its partner while the partner was active, else the primary's
+        # own (None: a backup that has heard no active yet). Read at start.
         self.shared_identity: bytes | None = None
-        if data_dir is not None:
-            self.shared_identity = (
-                pack_identity(data_dir) if self.role is Role.PRIMARY else learned_identity(data_dir)
-            )
         self._heartbeat = settings.heartbeat_ms / 1000.0
         self.machine = PairMachine(
             self.role,
@@ -291,6 +288,11 @@ class PairService(Service):
                 _log.warn("pair: could not record its state: {error}", error=e)
 
     def startService(self) -> None:
+        if self._data_dir is not None:
+            learned = learned_identity(self._data_dir)
+            if learned is None and self.role is Role.PRIMARY:
+                learned = pack_identity(self._data_dir, self._journal.identity)
+            self.shared_identity = learned
         self._record()
         self.link.start()
         self._loop = LoopingCall(self._tick)
@@ -369,7 +371,7 @@ class PairService(Service):
             self._watch_partner(now)
 
     def _learn_identity(self, text: str) -> None:
-        """The primary's identity, C{text} (32 hex digits), is the pair's: kept."""
+        """The active partner's identity, C{text} (32 hex digits), is the pair's: kept."""
         try:
             identity = bytes.fromhex(text)
         except ValueError:
@@ -379,7 +381,7 @@ class PairService(Service):
         learn_identity(self._data_dir, identity)
         self.shared_identity = identity
         _log.info(
-            "pair: this broker shows other brokers the pair's identity {id} (the primary's)",
+            "pair: this broker shows other brokers the pair's identity {id} (its active's)",
             id=text.upper(),
         )
 
@@ -484,7 +486,7 @@ class PairService(Service):
                     source.drop_link()
             self.machine.observe(now)
             self.machine.heard(now)
-            if message.role == Role.PRIMARY.value and self.role is Role.BACKUP:
+            if message.state == "active" and self.machine.state is not State.ACTIVE:
                 self._learn_identity(message.pack_id)
             if self.source is not None:
                 self._serve_again()

@@ -415,6 +415,25 @@ class IdentityTests(SynchronousTestCase):
         self.assertEqual((base / PACK_ID_FILE).read_text().strip(), first.hex().upper())
         self.assertEqual(pack_identity(base), first)
 
+    def test_newJournalNewIdentity(self) -> None:
+        """
+        The identity is kept with its journal's: the same journal keeps it,
+        a journal started afresh (another identity) gets a new one; a file
+        made before journals were recorded adopts the journal it meets.
+        """
+        base = Path(self.mktemp())
+        base.mkdir()
+        old = pack_identity(base)
+        self.assertEqual(pack_identity(base, "journal-1"), old)
+        self.assertEqual(
+            (base / PACK_ID_FILE).read_text().split(), [old.hex().upper(), "journal-1"]
+        )
+        self.assertEqual(pack_identity(base, "journal-1"), old)
+        self.assertEqual(pack_identity(base), old)
+        new = pack_identity(base, "journal-2")
+        self.assertNotEqual(new, old)
+        self.assertEqual(pack_identity(base, "journal-2"), new)
+
     def test_damagedFileRefused(self) -> None:
         """A pack-id file that holds no identity is refused, not replaced."""
         base = Path(self.mktemp())
