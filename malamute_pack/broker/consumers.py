@@ -37,7 +37,7 @@ from malamute_pack.broker.limits import check_name
 from malamute_pack.broker.stalled import Stalled
 from malamute_pack.broker.streams import Streams
 from malamute_pack.protocol import mlm
-from malamute_pack.protocol.records import GROUP, READER, ConsumerPosition, StreamRecord
+from malamute_pack.protocol.records import GROUP, ORIGINS, READER, ConsumerPosition, StreamRecord
 from malamute_pack.store import DurableCallback, Store
 
 _log = Logger()
@@ -102,6 +102,8 @@ class Consumers:
         self._holders: dict[Key, Connection] = {}
         # Names remembered per owner ("" for the anonymous clients).
         self._owned: Counter[str] = Counter()
+        # In a pack, what groups acknowledged in origin terms, by (stream, group).
+        self.origins: dict[tuple[str, str], ConsumerPosition] = {}
         self.groups = Groups(
             clock, store, streams, stalled, self._save_position, group_lease, max_unacked_bytes
         )
@@ -118,8 +120,30 @@ class Consumers:
         Take the positions a journal kept (least recently used first),
         replacing any: all of them, even past the limits (which bound new names).
         """
-        self._positions = OrderedDict(((p.stream, p.kind, p.name), p) for p in positions)
+        positions = list(positions)
+        self._positions = OrderedDict(
+            ((p.stream, p.kind, p.name), p) for p in positions if p.kind != ORIGINS
+        )
         self._owned = Counter(p.owner for p in self._positions.values())
+        self.origins = {(p.stream, p.name): p for p in positions if p.kind == ORIGINS}
+
+    # What the pack's groups acknowledged in origin terms (kept, not a consumer)
+
+    def keep_origins(self, stream: str, group: str, reset: int, acked: bytes) -> None:
+        """
+        Keep in the journal what C{group} of C{stream} acknowledged in origin
+        terms (L{malamute_pack.pack.groups}): a broker that becomes its home
+        after a restart passes over it still. Not a consumer of anyone's.
+        """
+        position = ConsumerPosition(stream, ORIGINS, group, reset, acked, self._clock.seconds())
+        self.origins[(stream, group)] = position
+        if self._store is not None:
+            self._store.save_consumer(position, None)
+
+    def forget_origins(self, stream: str, group: str) -> None:
+        position = self.origins.pop((stream, group), None)
+        if position is not None and self._store is not None:
+            self._store.forget_consumer(position)
 
     def _admit(self, connection: Connection, key: Key, user: str) -> None:
         """

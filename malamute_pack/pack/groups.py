@@ -24,9 +24,11 @@ way, so a home also keeps its group's position in origin terms, the same
 on every broker: per origin broker, the highest origin sequence number at
 or below which every record of the group is acknowledged. It tells the
 pack once a second when that changed (GROUP_POSITION); every broker keeps
-the latest it heard, and a new home resumes the group from its own saved
-position (or its copy's earliest record) passing over every record those
-say was acknowledged. Records acknowledged past that point at the old home
+the latest it heard, in memory and in its journal (once a second, as a
+position of kind C{origins}: restarted, a broker still knows it), and a
+new home resumes the group from its
+own saved position (or its copy's earliest record) passing over every
+record those say was acknowledged. Records acknowledged past that point at the old home
 may be delivered again; none is skipped.
 
 Socket-free: messages go through each peer's L{PeerOutbox}.
@@ -37,6 +39,7 @@ Tests: ``tests/unit/test_pack_groups.py``, ``tests/system/test_pack_groups.py``.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -206,6 +209,8 @@ class PackGroups:
         self._vectors: OrderedDict[tuple[str, str], Acknowledged] = OrderedDict()
         self._entries = 0  # (origin, number) entries in all of them
         self._changed: set[tuple[str, str]] = set()
+        # Changed since last written to the journal (L{keep}).
+        self._unkept: set[tuple[str, str]] = set()
         self._shipper = LoopingCall(self.ship)
         self._shipper.clock = clock
         self.counters = GroupCounters()
@@ -214,6 +219,15 @@ class PackGroups:
 
     def start(self) -> None:
         self._stopped = False
+        # What the journal kept of what groups acknowledged (a restart here,
+        # or of every broker that heard it, must not make a new home deliver
+        # it all again).
+        for (stream, group), kept in list(self._broker.consumers.origins.items()):
+            try:
+                vector = {str(k): int(v) for k, v in json.loads(kept.acked).items()}
+            except (ValueError, TypeError, AttributeError):
+                continue
+            self._merge((stream, group), kept.seq, vector)
         self._broker.consumers.groups.remote = self
         self._shipper.start(SHIP_INTERVAL, now=False)
 
@@ -443,17 +457,33 @@ class PackGroups:
         self._entries += len(own) - before
         if more:
             vectors.move_to_end(key)
+            self._unkept.add(key)
             while self._entries > MAX_VECTOR_ENTRIES and len(vectors) > 1:
-                _, forgotten = vectors.popitem(last=False)
+                old, forgotten = vectors.popitem(last=False)
                 self._entries -= len(forgotten.vector)
+                self._unkept.discard(old)
+                self._broker.consumers.forget_origins(*old)
         return more
+
+    def keep(self) -> None:
+        """Write what changed of what groups acknowledged to the journal (once a second)."""
+        unkept, self._unkept = self._unkept, set()
+        consumers = self._broker.consumers
+        for key in unkept:
+            known = self._vectors.get(key)
+            if known is not None:
+                consumers.keep_origins(*key, known.reset, json.dumps(known.vector).encode())
 
     def _message(self, key: tuple[str, str], known: Acknowledged) -> list[bytes]:
         vector = packlink.encode_vector(known.vector)
         return packlink.encode(packlink.GroupPosition(key[0], key[1], known.reset, vector))
 
     def ship(self) -> None:
-        """Tell every peer what changed in what the groups homed here acknowledged."""
+        """
+        Tell every peer what changed in what the groups homed here
+        acknowledged; keep what changed of every group's in the journal.
+        """
+        self.keep()
         changed, self._changed = self._changed, set()
         peers = list(self._peers.values())
         if not peers:

@@ -91,6 +91,9 @@ class StreamRecord(NamedTuple):
 # A consumer's kind (the ``stream_consumers`` table, docs/protocol.md).
 READER: Final = "reader"  # a durable named reader
 GROUP: Final = "group"  # a consumer group
+# In a pack: what a group acknowledged in origin terms, as its home said
+# (malamute_pack.pack.groups); seq is its reset, acked the vector as JSON.
+ORIGINS: Final = "origins"
 
 
 @dataclass(frozen=True, slots=True)

@@ -427,3 +427,39 @@ class MovingTests(PackGroupCase):
         self.assertEqual(
             sorted(subject for _, subject in got), sorted(f"k{n % 6}" for n in range(60, 90))
         )
+
+    def test_whatWasAcknowledgedSurvivesRestarts(self) -> None:
+        """
+        What a group acknowledged, as its home (a) told the pack, is kept in
+        every broker's journal: b and c restart (forgetting what they
+        heard), then a leaves, and the next home still passes over the 60
+        records acknowledged and delivers only the 30 written after.
+        """
+        self.net.mesh()
+        group = self.group_homed_on("a")
+        self.join("b", b"m1", group)
+        self.join("c", b"m2", group)
+        self.write("b", 30, subjects=6)
+        self.write("c", 30, subjects=6, start=30)
+        self.collect()
+        for name, route in (("b", b"m1"), ("c", b"m2")):
+            got = self.got[(name, route)]
+            self.assertTrue(got)
+            self.commit(name, route, got[-1][0])
+        self.h("a").clock.advance(1.0)  # a tells the pack its position
+        self.net.run()
+        for name in ("b", "c"):
+            self.h(name).clock.advance(1.0)  # each keeps what it heard
+            self.h(name).settle()
+        self.net.restart("b")
+        self.net.restart("c")
+        self.net.join("b", "c")
+        self.got.clear()
+        self.join("b", b"m1", group)
+        self.join("c", b"m2", group)
+        self.write("b", 30, subjects=6, start=60)
+        self.collect()
+        got = [(s, subject) for key, g in self.got.items() for s, subject in g]
+        self.assertEqual(
+            sorted(subject for _, subject in got), sorted(f"k{n % 6}" for n in range(60, 90))
+        )
