@@ -38,17 +38,22 @@ active serves it). Every operation names its store in its C{value}.
   delivered to that consumer again (C{redelivered-acknowledged}); by the
   end it has been delivered every acknowledged record of its stream
   (C{consumer-missed}; in a pack its broker gets the others' records by
-  forwarding).
+  forwarding); a consumer of a broker alone that was started afresh is a
+  new consumer there, owed what was acknowledged from then on.
 - A group member's commit of a record is acknowledged by STREAM_COMMITTED
-  200: no record is acknowledged by two members (C{acknowledged-twice});
-  none is delivered again, to any member, after it was acknowledged
+  200: (in a topology of one store) no record is acknowledged by two
+  members (C{acknowledged-twice}); none is delivered again, to any member,
+  after it was acknowledged
   (C{redelivered-acknowledged}); at each member the records of each
   subject (each subject has one writer, L{soak.records}) first arrive in
   the order they were written (C{group-order}); by the end every
   acknowledged record of the stream was delivered to some member
   (C{group-missed}). A commit acknowledges the record it names; the
   others it may cover (sent before it) are not counted, so what is found
-  is certain.
+  is certain. In a pack a group is at least once across changes of its
+  home (docs/pack.md): records acknowledged again, or delivered again
+  after they were acknowledged, are counted (L{AGAIN}, L{REDELIVERED}) in
+  the summary, not violations.
 - Whatever is served (delivered or read back) has the body that was
   written for its id and subject (C{damaged-served}), never excused.
 - No process's resident memory passes its limit (C{memory}).
@@ -96,6 +101,11 @@ ALONE: Final = "alone"
 # The scope of a report that the broker refused its whole journal.
 JOURNAL: Final = "journal"
 
+# In a pack (no exactly once across a group's home changes): group records
+# acknowledged by a second member, and deliveries of acknowledged ones.
+AGAIN: Final = "group records acknowledged again after a home change"
+REDELIVERED: Final = "group deliveries of acknowledged records after a home change"
+
 # Violations named in one run's summary at most, per kind (the count is exact).
 DETAIL_LIMIT: Final = 50
 
@@ -130,12 +140,16 @@ class Rules:
     What the checker must know of the run: each store's kind (L{PAIR} or
     L{ALONE}), the memory limit of each kind of process (bytes), and
     whether group deliveries are numbered in a known store (the topology
-    has one store).
+    has one store), and whether a group promises exactly once (one store:
+    a group's home never changes; in a pack a record acknowledged at a home
+    that then left, or restarted, may be delivered again by the next home,
+    as docs/pack.md says: counted, not a violation).
     """
 
     stores: Mapping[str, str]
     rss_limits: Mapping[str, int]
     numbered_groups: bool = False
+    groups_exactly_once: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +205,11 @@ class _Incarnations:
         """The store's name, marked with its incarnation at C{time} (from the second on)."""
         n = bisect_right(self._wipes.get(store, []), time)
         return store if n == 0 else f"{store}#{n + 1}"
+
+    def started(self, store: str) -> float:
+        """When the store's last incarnation began (0: it was never started afresh)."""
+        wipes = self._wipes.get(store)
+        return wipes[-1] if wipes else 0.0
 
     def wiped_after(self, store: str, time: float) -> float | None:
         """When the store's journal was next refused after C{time}, if it was."""
@@ -252,6 +271,7 @@ class _Check:
         self.gaps: dict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
         # rids of acknowledged appends per stream, and those excused.
         self.acked_records: dict[str, dict[str, str]] = defaultdict(dict)
+        self.acked_times: dict[str, float] = {}
         self.excused_rids: set[str] = set()
 
     # Helpers
@@ -479,6 +499,7 @@ class _Check:
         for j, (rid, _subject) in enumerate(entry.records):
             seq = first + j
             stream_records[rid] = first_ok.op
+            self.acked_times[rid] = acked_at
             self.saw_number(entry.store, acked_at, entry.stream, seq, rid, first_ok.op)
             row = rows.get(seq) if rows is not None else None
             found = decode(bytes_of(row[1]), row[0]) if row is not None else None
@@ -654,24 +675,34 @@ class _Check:
                         stream=stream,
                         seq=seq,
                     )
-        consumers = {
-            (str(e.value.get("stream")), str(e.value.get("consumer")))
-            for e in self.events
-            if e.f == "consumed" or (e.f == "commit" and not e.value.get("group"))
-        }
-        for stream, consumer in sorted(consumers):
+        consumers: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for e in self.events:
+            if e.f == "consumed" or (e.f == "commit" and not e.value.get("group")):
+                key = (str(e.value.get("stream")), str(e.value.get("consumer")))
+                consumers[key].add(str(e.value.get("store")))
+        for (stream, consumer), stores in sorted(consumers.items()):
+            # A consumer of a broker alone started afresh is a new consumer
+            # there (its position went with the journal): it is owed what
+            # was acknowledged from then on.
+            since = max((self.incarnations.started(store) for store in stores), default=0.0)
             self.missed(
                 "consumer-missed",
                 f"consumer {consumer!r} of {stream!r}",
                 stream,
                 delivered[(stream, consumer)],
+                since,
             )
 
-    def missed(self, kind: str, who: str, stream: str, got: set[str]) -> None:
+    def missed(self, kind: str, who: str, stream: str, got: set[str], since: float = 0.0) -> None:
         wanted = self.acked_records.get(stream, {})
         excused = self.excused_rids | self.gap_rids()
+        times = self.acked_times
         missing = sorted(
-            (rid for rid in wanted if rid not in got and rid not in excused),
+            (
+                rid
+                for rid in wanted
+                if rid not in got and rid not in excused and times.get(rid, since) >= since
+            ),
             key=lambda rid: (rid.rsplit(".", 2)[0], write_order(rid) or (0, 0)),
         )
         if missing:
@@ -699,7 +730,9 @@ class _Check:
             )
         for (stream, group, rid), acked in acks.items():
             members = sorted({m for _, m, _ in acked})
-            if len(members) > 1:
+            if len(members) > 1 and not self.rules.groups_exactly_once:
+                self.kinds[AGAIN] += 1
+            elif len(members) > 1:
                 self.violation(
                     "acknowledged-twice",
                     f"record {rid!r} of {stream!r} was acknowledged by {len(members)} members of "
@@ -729,7 +762,9 @@ class _Check:
                     str(v.get("store")), event.time, stream, int(v.get("seq", 0)), rid, event.op
                 )
             acked = [a for a in acks.get((stream, group, rid), []) if a[0] < event.time]
-            if acked:
+            if acked and not self.rules.groups_exactly_once:
+                self.kinds[REDELIVERED] += 1
+            elif acked:
                 # (Its order is not checked: being sent again at all is the violation.)
                 when, by, op = min(acked)
                 self.violation(

@@ -449,6 +449,7 @@ def rules_for(topology: str, limits_mib: dict[str, int]) -> checker.Rules:
         stores,
         {kind: mib * MIB for kind, mib in limits_mib.items()},
         numbered_groups=len(stores) == 1,
+        groups_exactly_once=len(stores) == 1,
     )
 
 

@@ -17,7 +17,18 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from soak import history, records
-from soak.checker import ALONE, JOURNAL, PAIR, Report, Result, Rules, Sample, check
+from soak.checker import (
+    AGAIN,
+    ALONE,
+    JOURNAL,
+    PAIR,
+    REDELIVERED,
+    Report,
+    Result,
+    Rules,
+    Sample,
+    check,
+)
 from soak.history import FAIL, INFO, INVOKE, OK, Event
 from soak.memory import figures
 
@@ -582,6 +593,43 @@ class ViolationTests(SynchronousTestCase):
         self.assertNotIn("group-missed", {v.kind for v in result.violations})
         h.append(4, 7, count=1)
         self.assertOne(run(h), "group-missed")
+
+    def test_packGroupAtLeastOnce(self) -> None:
+        """
+        In a pack a group is at least once across changes of its home: a
+        record acknowledged by two members, or delivered after it was
+        acknowledged, is counted, not a violation; one no member got still is.
+        """
+        pack = Rules({"h1": ALONE, "h2": ALONE}, {"broker": 512 * MIB}, False, False)
+        h = History()
+        h.append(1, 1, store="h1")
+        h.member("m1", rid(1, 0), 1)
+        h.member("m2", rid(1, 0), 1)
+        h.member("m1", rid(1, 1), 2)
+        h.final([h.row(rid(1, 0), 1), h.row(rid(1, 1), 2)], store="h1")
+        result = run(h, pack)
+        self.assertEqual([v.text for v in result.violations], [])
+        self.assertEqual(result.counts[AGAIN], 1)
+        self.assertEqual(result.counts[REDELIVERED], 1)
+        h.append(2, 3, count=1, store="h1")
+        self.assertOne(run(h, pack), "group-missed")
+
+    def test_consumerOfAStoreStartedAfresh(self) -> None:
+        """
+        A consumer of a broker alone that was started afresh is a new
+        consumer: it is not owed what was acknowledged before (its position
+        went with the journal), but is owed what came after.
+        """
+        h = History()
+        h.append(1, 1, store="h2")
+        h.at(10.0)
+        h.append(2, 3, store="h2")
+        h.consumed(rid(2, 0), 1, store="h1")
+        h.final([h.row(rid(n, j), 2 * n + j - 1) for n in (1, 2) for j in (0, 1)], store="h2")
+        report = Report(5.0, "h1", "h1", JOURNAL, "the broker cannot start: journal ...")
+        text = self.assertOne(run(h, ALONE_RULES, reports=[report]), "consumer-missed")
+        self.assertIn(rid(2, 1), text)
+        self.assertNotIn(rid(1, 0), text)
 
     def test_memoryOverBound(self) -> None:
         """A process past its kind's bound is a violation naming it."""
