@@ -678,8 +678,8 @@ class _Check:
         consumers: dict[tuple[str, str], set[str]] = defaultdict(set)
         for e in self.events:
             if e.f == "consumed" or (e.f == "commit" and not e.value.get("group")):
-                key = (str(e.value.get("stream")), str(e.value.get("consumer")))
-                consumers[key].add(str(e.value.get("store")))
+                named = (str(e.value.get("stream")), str(e.value.get("consumer")))
+                consumers[named].add(str(e.value.get("store")))
         for (stream, consumer), stores in sorted(consumers.items()):
             # A consumer of a broker alone started afresh is a new consumer
             # there (its position went with the journal): it is owed what
