@@ -89,6 +89,9 @@ class Store(Protocol):
         readable from memory during the call).
         """
 
+    def watch_failures(self, callback: Callable[[Mapping[str, int]], None]) -> None:
+        """Call C{callback(stream_last)} as writes fail: per stream, the batch's last number."""
+
     def lost(self, stream: str, first: int, last: int) -> list[tuple[int, int]]:
         """
         The stretches (first, last) of C{stream} within C{first}..C{last},

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -140,8 +140,16 @@ class Streams:
         # waiting for more to be (see the module).
         self._durable: dict[str, int] = {}
         self._awaiting: dict[str, set[Connection]] = {}
+        # Records forwarded here by peer brokers, not yet durable, per
+        # stream: (seq here, origin, origin_seq); per (stream, origin), the
+        # last one durable. A batch of them that fails is asked for again
+        # (L{on_forward_failed}: the pack).
+        self._forwarded: dict[str, deque[tuple[int, str, int]]] = {}
+        self.forwarded_durable: dict[tuple[str, str], int] = {}
+        self.on_forward_failed: Callable[[str, str, int], None] | None = None
         if store is not None:
             store.watch_durable(self._committed)
+            store.watch_failures(self._failed)
         self.delivered = 0
         self.dropped = 0
         self.gaps = 0
@@ -285,6 +293,8 @@ class Streams:
             sender = writer.address
         if self._store is not None:
             seq = self._store.append_stream(name, sender, subject, content, now, origin, origin_seq)
+            if origin:
+                self._forwarded.setdefault(name, deque()).append((seq, origin, origin_seq))
         else:
             seq = self._last_seq.get(name, 0) + 1
             self._last_seq[name] = seq
@@ -653,6 +663,27 @@ class Streams:
         while lost:
             self._damaged(connection, name, *lost.popleft())
 
+    def _failed(self, stream_last: Mapping[str, int]) -> None:
+        """
+        A batch failed (the store's watch): the records peer brokers had
+        forwarded in it are not here; each origin is asked for them again
+        from after its last one that is.
+        """
+        for name, last in stream_last.items():
+            forwarded = self._forwarded.get(name)
+            origins: set[str] = set()
+            while forwarded and forwarded[0][0] <= last:
+                origins.add(forwarded.popleft()[1])
+            if forwarded:
+                # Later ones were in flight behind them: asked for again too.
+                origins.update(origin for _, origin, _ in forwarded)
+                forwarded.clear()
+            for origin in sorted(origins):
+                if self.on_forward_failed is not None:
+                    self.on_forward_failed(
+                        name, origin, self.forwarded_durable.get((name, origin), 0)
+                    )
+
     def _durable_through(self, name: str) -> int:
         """The last number of C{name} known durable here."""
         assert self._store is not None
@@ -663,6 +694,10 @@ class Streams:
         for name, last in stream_last.items():
             if last > self._durable.get(name, 0):
                 self._durable[name] = last
+            forwarded = self._forwarded.get(name)
+            while forwarded and forwarded[0][0] <= last:
+                _, origin, origin_seq = forwarded.popleft()
+                self.forwarded_durable[(name, origin)] = origin_seq
             waiting = self._awaiting.pop(name, None)
             for connection in waiting or ():
                 if not connection.gone:

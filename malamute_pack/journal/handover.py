@@ -89,13 +89,16 @@ class HandOver:
         self._call_later = call_later
         self._sequence = sequence
         self._backlog = backlog
-        self.replica = ReplicaHold(self.finish, seconds)
+        self.replica = ReplicaHold(self.finish, seconds, self._write_failed)
         self.counters = JournalCounters()
         self.on_error: Callable[[JournalError], None] | None = None
         # Told the records of each batch that committed.
         self.on_batch: Callable[[int], None] | None = None
-        # Told, per stream, the last number of each batch that committed.
+        # Told, per stream, the last number of each batch that committed,
+        # and of each batch the writer failed (its records are not written;
+        # not one written but refused for a pair's partner).
         self.durable_watchers: list[Callable[[Mapping[str, int]], None]] = []
+        self.failure_watchers: list[Callable[[Mapping[str, int]], None]] = []
         self.writer: JournalWriter | None = None
         # Operations handed over and not yet reported back, and those queued
         # but not handed over yet.
@@ -199,6 +202,11 @@ class HandOver:
             self._backlog.handed(shares, added)
 
     # Reports from the writer thread, run in the reactor thread.
+
+    def _write_failed(self, stream_last: Mapping[str, int]) -> None:
+        """The writer failed a batch (its records are not on the disk)."""
+        for watcher in self.failure_watchers:
+            watcher(stream_last)
 
     def finish(self, outcome: BatchOutcome) -> None:
         """A batch is done (and, in a pair, on the partner's disk too)."""

@@ -443,6 +443,14 @@ class Journal:
         """
         self._hand.durable_watchers.append(callback)
 
+    def watch_failures(self, callback: Callable[[Mapping[str, int]], None]) -> None:
+        """
+        Call ``callback(stream_last)`` as a batch fails (a full disk, or, in a
+        pair, not acknowledged): per stream, its last number in the batch;
+        the batch's records are not served.
+        """
+        self._hand.failure_watchers.append(callback)
+
     def read_stream(self, stream: str, from_seq: int, limit: int) -> Deferred[list[StreamRecord]]:
         """
         Up to ``limit`` records of ``stream`` with seq >= ``from_seq``, in

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.writer import BatchOutcome, WriteOp
@@ -38,10 +38,15 @@ class ReplicaHold:
     """
 
     def __init__(
-        self, finish: Callable[[BatchOutcome], None], seconds: Callable[[], float]
+        self,
+        finish: Callable[[BatchOutcome], None],
+        seconds: Callable[[], float],
+        write_failed: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         self._finish = finish
         self._seconds = seconds
+        # Told at once of a batch the writer failed, held or not.
+        self._write_failed = write_failed
         self.shipper: Shipper | None = None
         self.reset()
 
@@ -73,6 +78,8 @@ class ReplicaHold:
     def batch_done(self, outcome: BatchOutcome) -> None:
         """The writer reports a batch: finished now, or held for the partner."""
         self._reported += outcome.operations
+        if outcome.error is not None and outcome.stream_last and self._write_failed is not None:
+            self._write_failed(outcome.stream_last)
         handed_at = self._handed_at
         if handed_at:
             self.commit_latencies.append(self._seconds() - handed_at[0][1])

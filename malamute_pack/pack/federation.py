@@ -71,6 +71,7 @@ class PackCounters:
     overflowed: int = 0
     owners_learned: int = 0  # OWNER claims that changed who owns an address here
     owners_ignored: int = 0  # OWNER claims not believed (an open pack) or not kept
+    forwards_failed: int = 0  # forwarded records not written here, asked for again
 
 
 class Pack:
@@ -123,6 +124,7 @@ class Pack:
 
     def start(self) -> None:
         self._broker.interests.listener = self
+        self._broker.streams.on_forward_failed = self._forward_failed
         self.groups.start()
         if self._owners is not None:
             self._owners.listeners.append(self._claimed)
@@ -151,6 +153,7 @@ class Pack:
     def stop(self) -> None:
         self.groups.stop()
         self._broker.interests.listener = None
+        self._broker.streams.on_forward_failed = None
         if self._owners is not None and self._claimed in self._owners.listeners:
             self._owners.listeners.remove(self._claimed)
         for uuid in list(self.peers):
@@ -282,6 +285,21 @@ class Pack:
         if mark is None:
             return packlink.Interest(stream, pattern)
         return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
+
+    def _forward_failed(self, stream: str, origin: str, durable: int) -> None:
+        """
+        Records C{origin} forwarded on C{stream} were not written here (a
+        full disk): taken back (the mark returns to C{durable}, the last
+        one durable here), and asked for again from after it, for every
+        pattern read here.
+        """
+        self._marks[(stream, origin)] = durable
+        self.counters.forwards_failed += 1
+        member = self.by_origin.get(origin)
+        if member is None:
+            return  # asked for from the mark when it joins again
+        patterns = [p for s, p in self._broker.interests.readings() if s == stream]
+        member.rewind(stream, patterns)
 
     # Owners of addresses
 

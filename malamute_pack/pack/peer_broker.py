@@ -18,7 +18,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from malamute_pack.broker.broker import Broker
@@ -37,6 +37,12 @@ _log = Logger()
 # Letters handed over by a peer that are remembered, so that one it hands
 # over again (it lost our answer) is not stored twice.
 RECENT_RELAYS = 100_000
+
+# Seconds before a peer is asked again for records not written here, and
+# then that the stream waits for the peer's replay, dropping what it sends
+# live (a replay that never comes, its records pruned there, ends it).
+REWIND_DELAY = 1.0
+REWIND_TIMEOUT = 10.0
 
 # Highest origin sequence number taken, by (stream, origin).
 Marks = MutableMapping[tuple[str, str], int]
@@ -169,6 +175,10 @@ class PeerBroker:
         self._relays.send = outbox.send
         self.counters = PeerCounters()
         self._log_limit = LogLimit(clock, _log)
+        # Streams asked for again (L{rewind}), until when: what the peer
+        # sends live meanwhile is dropped until its replay comes.
+        self._rewinding: dict[str, float] = {}
+        self._asking: dict[str, IDelayedCall] = {}
 
     def __repr__(self) -> str:
         return f"<PeerBroker {self.name} {self.origin}>"
@@ -178,6 +188,9 @@ class PeerBroker:
     def close(self) -> None:
         """The peer is gone: its connections end, letters it held go back to their queues."""
         self.outbox.stop()
+        for call in self._asking.values():
+            call.cancel()
+        self._asking.clear()
         if self._relays.send == self.outbox.send:
             self._relays.send = None
         holders = [*self.mailboxes.values(), *self.workers.values()]
@@ -211,6 +224,30 @@ class PeerBroker:
         for address in addresses:
             self._drop_mailbox(address)
             self._on_addresses(address)
+
+    def rewind(self, stream: str, patterns: list[str]) -> None:
+        """
+        Ask the peer for its records of C{stream} after the mark (just
+        taken back: ours were not written) again, as history, for each of
+        C{patterns}, after L{REWIND_DELAY}; what it sends live until the
+        replay comes is dropped (it would jump the mark past those asked
+        for), for at most L{REWIND_TIMEOUT} seconds after the ask.
+        """
+        if not patterns:
+            return
+        # Live records dropped from now on; the peer asked after a pause (a
+        # full disk seldom clears at once: one ask a second at most).
+        self._rewinding[stream] = float("inf")
+        if stream not in self._asking:
+            self._asking[stream] = self._clock.callLater(REWIND_DELAY, self._ask, stream, patterns)
+
+    def _ask(self, stream: str, patterns: list[str]) -> None:
+        del self._asking[stream]
+        mark = self._marks.get((stream, self.origin), 0)
+        self._rewinding[stream] = self._clock.seconds() + REWIND_TIMEOUT
+        for pattern in patterns:
+            interest = packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1, 1)
+            self.outbox.send(packlink.encode(interest))
 
     # Input
 
@@ -348,6 +385,12 @@ class PeerBroker:
         broker = self._broker
         check_name("stream name", message.stream, broker.limits.max_address)
         key = (message.stream, self.origin)
+        until = self._rewinding.get(message.stream)
+        if until is not None:
+            if not message.history and self._clock.seconds() < until:
+                self.counters.duplicates += 1  # sent before the peer heard the rewind
+                return
+            del self._rewinding[message.stream]
         if message.origin_seq <= self._marks.get(key, 0):
             self.counters.duplicates += 1
             return

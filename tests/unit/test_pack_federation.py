@@ -21,8 +21,11 @@ from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.journal import JournalConfig
 from malamute_pack.pack.federation import HEADER_PROTOCOL, PROTOCOL, Pack
+from malamute_pack.pack.peer_broker import REWIND_DELAY
 from malamute_pack.protocol import mlm, packlink
+from malamute_pack.protocol.records import StreamRecord
 from tests.broker_support import BrokerHarness
+from tests.support import fill_disk, mount_tmpfs
 
 
 @dataclass
@@ -731,3 +734,46 @@ class RoguePeerTests(SynchronousTestCase):
             self.assertEqual(subjects(h.take(R)), ["still"])
         finally:
             net.close()
+
+
+class ForwardFailureTests(SynchronousTestCase):
+    """Records a peer forwarded that this broker could not write are asked for again."""
+
+    def copy(self, harness: BrokerHarness) -> list[str]:
+        """The subjects of stream C{s} in C{harness}'s journal, in order."""
+        journal = harness.journal
+        assert journal is not None
+        read: list[list[StreamRecord]] = []
+        journal.read_stream("s", 1, 100).addCallback(read.append)
+        harness.clock.run_thread_calls(lambda: bool(read))
+        return [r.subject for r in read[0]]
+
+    def test_notWrittenAskedForAgain(self) -> None:
+        """
+        B's disk is full when A replays its records to a reader on B: B's
+        writes of them fail, so B takes them back (its mark for A returns)
+        and, a second later, with space freed, asks A again: B's copy holds
+        each once, in order. Before, B skipped them for good.
+        """
+        mount = Path(self.mktemp()).resolve()
+        mount_tmpfs(self, mount, "2m")
+        net = Network(mount / "net", ["a", "b"])
+        self.addCleanup(net.close)
+        net.mesh()
+        a, b = net.harnesses["a"], net.harnesses["b"]
+        a.open(W, "writer")
+        a.command(W, mlm.StreamWrite("s"))
+        for n in range(5):
+            a.send(W, mlm.StreamSend(f"m{n}", [bytes(65536)]))
+        net.run()
+        filler = mount / "filler"
+        fill_disk(filler)
+        b.open(R, "late", version=2)
+        b.send(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
+        net.run()
+        self.assertGreaterEqual(net.packs["b"].counters.forwards_failed, 1)
+        self.assertEqual(self.copy(b), [])
+        filler.unlink()
+        b.clock.advance(REWIND_DELAY)
+        net.run()
+        self.assertEqual(self.copy(b), [f"m{n}" for n in range(5)])
