@@ -141,12 +141,10 @@ class Streams:
         self._durable: dict[str, int] = {}
         self._awaiting: dict[str, set[Connection]] = {}
         # Records forwarded here by peer brokers, not yet durable, per
-        # stream: (seq here, origin, origin_seq); per (stream, origin), the
-        # last one durable. A batch of them that fails is asked for again
-        # (L{on_forward_failed}: the pack).
+        # stream: (seq here, origin, origin_seq). Those of a batch that
+        # fails are asked for again (L{on_forward_failed}: the pack).
         self._forwarded: dict[str, deque[tuple[int, str, int]]] = {}
-        self.forwarded_durable: dict[tuple[str, str], int] = {}
-        self.on_forward_failed: Callable[[str, str, int], None] | None = None
+        self.on_forward_failed: Callable[[str, str, list[int]], None] | None = None
         if store is not None:
             store.watch_durable(self._committed)
             store.watch_failures(self._failed)
@@ -666,23 +664,17 @@ class Streams:
     def _failed(self, stream_last: Mapping[str, int]) -> None:
         """
         A batch failed (the store's watch): the records peer brokers had
-        forwarded in it are not here; each origin is asked for them again
-        from after its last one that is.
+        forwarded in it are not here; each origin is asked for them again.
         """
         for name, last in stream_last.items():
             forwarded = self._forwarded.get(name)
-            origins: set[str] = set()
+            failed: dict[str, list[int]] = {}
             while forwarded and forwarded[0][0] <= last:
-                origins.add(forwarded.popleft()[1])
-            if forwarded:
-                # Later ones were in flight behind them: asked for again too.
-                origins.update(origin for _, origin, _ in forwarded)
-                forwarded.clear()
-            for origin in sorted(origins):
+                _, origin, origin_seq = forwarded.popleft()
+                failed.setdefault(origin, []).append(origin_seq)
+            for origin, origin_seqs in sorted(failed.items()):
                 if self.on_forward_failed is not None:
-                    self.on_forward_failed(
-                        name, origin, self.forwarded_durable.get((name, origin), 0)
-                    )
+                    self.on_forward_failed(name, origin, origin_seqs)
 
     def _durable_through(self, name: str) -> int:
         """The last number of C{name} known durable here."""
@@ -696,8 +688,7 @@ class Streams:
                 self._durable[name] = last
             forwarded = self._forwarded.get(name)
             while forwarded and forwarded[0][0] <= last:
-                _, origin, origin_seq = forwarded.popleft()
-                self.forwarded_durable[(name, origin)] = origin_seq
+                forwarded.popleft()
             waiting = self._awaiting.pop(name, None)
             for connection in waiting or ():
                 if not connection.gone:

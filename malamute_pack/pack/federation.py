@@ -71,7 +71,7 @@ class PackCounters:
     overflowed: int = 0
     owners_learned: int = 0  # OWNER claims that changed who owns an address here
     owners_ignored: int = 0  # OWNER claims not believed (an open pack) or not kept
-    forwards_failed: int = 0  # forwarded records not written here, asked for again
+    forwards_failed: int = 0  # forwarded records not written here (asked for again)
 
 
 class Pack:
@@ -286,20 +286,18 @@ class Pack:
             return packlink.Interest(stream, pattern)
         return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
 
-    def _forward_failed(self, stream: str, origin: str, durable: int) -> None:
+    def _forward_failed(self, stream: str, origin: str, origin_seqs: list[int]) -> None:
         """
-        Records C{origin} forwarded on C{stream} were not written here (a
-        full disk): taken back (the mark returns to C{durable}, the last
-        one durable here), and asked for again from after it, for every
-        pattern read here.
+        Records C{origin} forwarded on C{stream} (its numbers C{origin_seqs})
+        were not written here (a full disk): asked for again, and taken
+        when they come though the mark is past them.
         """
-        self._marks[(stream, origin)] = durable
-        self.counters.forwards_failed += 1
+        self.counters.forwards_failed += len(origin_seqs)
         member = self.by_origin.get(origin)
         if member is None:
-            return  # asked for from the mark when it joins again
+            return
         patterns = [p for s, p in self._broker.interests.readings() if s == stream]
-        member.rewind(stream, patterns)
+        member.rewind(stream, origin_seqs, patterns)
 
     # Owners of addresses
 

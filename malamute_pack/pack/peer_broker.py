@@ -38,11 +38,12 @@ _log = Logger()
 # over again (it lost our answer) is not stored twice.
 RECENT_RELAYS = 100_000
 
-# Seconds before a peer is asked again for records not written here, and
-# then that the stream waits for the peer's replay, dropping what it sends
-# live (a replay that never comes, its records pruned there, ends it).
+# Seconds before a peer is asked again for records not written here (a
+# full disk seldom clears at once: one ask a second at most).
 REWIND_DELAY = 1.0
-REWIND_TIMEOUT = 10.0
+# Per (stream, origin): what the peer forwarded that was not written here,
+# below the mark (asked for again, taken when it comes).
+Missing = dict[tuple[str, str], set[int]]
 
 # Highest origin sequence number taken, by (stream, origin).
 Marks = MutableMapping[tuple[str, str], int]
@@ -177,7 +178,7 @@ class PeerBroker:
         self._log_limit = LogLimit(clock, _log)
         # Streams asked for again (L{rewind}), until when: what the peer
         # sends live meanwhile is dropped until its replay comes.
-        self._rewinding: dict[str, float] = {}
+        self.missing: Missing = {}
         self._asking: dict[str, IDelayedCall] = {}
 
     def __repr__(self) -> str:
@@ -225,28 +226,27 @@ class PeerBroker:
             self._drop_mailbox(address)
             self._on_addresses(address)
 
-    def rewind(self, stream: str, patterns: list[str]) -> None:
+    def rewind(self, stream: str, origin_seqs: list[int], patterns: list[str]) -> None:
         """
-        Ask the peer for its records of C{stream} after the mark (just
-        taken back: ours were not written) again, as history, for each of
-        C{patterns}, after L{REWIND_DELAY}; what it sends live until the
-        replay comes is dropped (it would jump the mark past those asked
-        for), for at most L{REWIND_TIMEOUT} seconds after the ask.
+        The records C{origin_seqs} the peer forwarded on C{stream} were not
+        written here: they are taken when they come again (though below the
+        mark), and the peer is asked, after L{REWIND_DELAY}, to send again
+        from the first of them, for each of C{patterns}.
         """
-        if not patterns:
+        if not origin_seqs or not patterns:
             return
-        # Live records dropped from now on; the peer asked after a pause (a
-        # full disk seldom clears at once: one ask a second at most).
-        self._rewinding[stream] = float("inf")
+        self.missing.setdefault((stream, self.origin), set()).update(origin_seqs)
         if stream not in self._asking:
             self._asking[stream] = self._clock.callLater(REWIND_DELAY, self._ask, stream, patterns)
 
     def _ask(self, stream: str, patterns: list[str]) -> None:
         del self._asking[stream]
-        mark = self._marks.get((stream, self.origin), 0)
-        self._rewinding[stream] = self._clock.seconds() + REWIND_TIMEOUT
+        missing = self.missing.get((stream, self.origin))
+        if not missing:
+            return
+        first = min(missing)
         for pattern in patterns:
-            interest = packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1, 1)
+            interest = packlink.Interest(stream, pattern, packlink.SEQUENCE, first, 1)
             self.outbox.send(packlink.encode(interest))
 
     # Input
@@ -385,16 +385,16 @@ class PeerBroker:
         broker = self._broker
         check_name("stream name", message.stream, broker.limits.max_address)
         key = (message.stream, self.origin)
-        until = self._rewinding.get(message.stream)
-        if until is not None:
-            if not message.history and self._clock.seconds() < until:
-                self.counters.duplicates += 1  # sent before the peer heard the rewind
-                return
-            del self._rewinding[message.stream]
         if message.origin_seq <= self._marks.get(key, 0):
-            self.counters.duplicates += 1
-            return
-        self._marks[key] = message.origin_seq
+            missing = self.missing.get(key)
+            if not missing or message.origin_seq not in missing:
+                self.counters.duplicates += 1
+                return
+            missing.discard(message.origin_seq)  # not written before: taken now
+            if not missing:
+                del self.missing[key]
+        else:
+            self._marks[key] = message.origin_seq
         self.counters.forwarded_in += 1
         record = StreamRecord(
             message.stream,
