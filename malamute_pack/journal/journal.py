@@ -558,6 +558,22 @@ class Journal:
         self._sequence.tail_origin_marks(marks)
         return marks
 
+    def newest_times(self) -> dict[str, float]:
+        """
+        Per stream, the time of its newest committed record: about when this
+        broker last took part in it (a pack asks its peers for what they
+        wrote since, when it has taken nothing from them yet). A startup
+        call, blocking on the disk as L{origin_marks}.
+        """
+        self._open_writer()
+        try:
+            with closing(sqlite3.connect(self._path, isolation_level=None)) as conn:
+                conn.execute("PRAGMA busy_timeout = 10000")
+                conn.execute("PRAGMA query_only = ON")
+                return reads.newest_times(conn)
+        except sqlite3.Error as exc:
+            raise JournalError.wrap(exc, self._path, "reading the newest records' times") from exc
+
     def delete_stream(self, stream: str) -> Deferred[tuple[int, int]]:
         """
         Delete every record of C{stream} assigned so far (an operator's

@@ -337,6 +337,21 @@ def append_keys(
     return cast(list[tuple[str, str, int, int, float]], rows)
 
 
+def newest_times(conn: sqlite3.Connection) -> dict[str, float]:
+    """
+    Per stream known on ``conn``, the time of its newest record retained
+    (one lookup each in the (stream, ts) index).
+    """
+    times: dict[str, float] = {}
+    for (stream,) in conn.execute("SELECT stream FROM streams").fetchall():
+        (ts,) = conn.execute(
+            "SELECT max(ts) FROM stream_messages WHERE stream = ?", (stream,)
+        ).fetchone()
+        if ts is not None:
+            times[stream] = float(ts)
+    return times
+
+
 def committed_origin_marks(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
     """
     The highest origin_seq per (stream, origin) committed on ``conn``, in

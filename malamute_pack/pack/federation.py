@@ -23,7 +23,7 @@ Tests: ``tests/unit/test_pack_federation.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -57,6 +57,11 @@ class ZrePeerInfo(Protocol):
 
 # Whispers frames to the peer with a uuid; False if its link's queue is full.
 WhisperTo = Callable[[bytes, Sequence[bytes]], bool]
+
+
+# Seconds taken off a time a peer is asked to send its records from, for
+# the skew between the brokers' clocks.
+CLOCK_SKEW = 5.0
 
 
 @dataclass
@@ -94,11 +99,14 @@ class Pack:
         marks: Marks,
         outbox_limit: int = 16 * 1024 * 1024,
         owners: Owners | None = None,
+        since: Mapping[str, float] | None = None,
     ) -> None:
         """
         @param owners: the owners of addresses, told to and learned from
             the peers (a CURVE pack whose clients authenticate); None: no
             claim is told or believed.
+        @param since: per stream, the time of its newest record here at
+            start (the journal's C{newest_times}).
         @param name: the pack's name (the ZRE group its brokers join).
         @param broker_id: this broker's stable id (its ZRE uuid in hex).
         @param marks: the highest origin sequence number taken per (stream,
@@ -112,6 +120,11 @@ class Pack:
         self.broker_id = broker_id
         self._whisper = whisper
         self._marks = marks
+        # When this broker last took part in each stream (its newest record
+        # at start), and when each peer last left: a peer nothing was taken
+        # from yet is asked for what it wrote since (less CLOCK_SKEW).
+        self._since = dict(since or {})
+        self._left: dict[str, float] = {}
         self._outbox_limit = outbox_limit
         self._owners = owners
         self.peers: dict[bytes, PeerBroker] = {}
@@ -254,6 +267,7 @@ class Pack:
         if member is None:
             return
         del self.by_origin[member.origin]
+        self._left[member.origin] = self._clock.seconds()
         self.counters.left += 1
         _log.info("pack {pack}: broker {name} left", pack=self.name, name=member.name)
         member.close()
@@ -279,12 +293,19 @@ class Pack:
         """
         Our readers' interest, as a (re)connected peer is told it: from
         after the last record taken from it on that stream (none lost while
-        apart), or from now on if none was ever taken.
+        apart); if none was ever taken, what it wrote since this broker last
+        took part (the peer left, or, at start, the stream's newest record
+        here), a few seconds earlier for the clocks' skew (nothing of it is
+        here, so nothing comes twice); else (a stream new here) from now on.
         """
         mark = self._marks.get((stream, member.origin))
-        if mark is None:
+        if mark is not None:
+            return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
+        since = self._left.get(member.origin, self._since.get(stream))
+        if since is None:
             return packlink.Interest(stream, pattern)
-        return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
+        position = max(0, round((since - CLOCK_SKEW) * 1000))
+        return packlink.Interest(stream, pattern, packlink.TIME, position)
 
     def _forward_failed(self, stream: str, origin: str, origin_seqs: list[int]) -> None:
         """

@@ -124,6 +124,7 @@ class PackService(Service):
             else pack_identity(self._data_dir, journal)
         )
         marks = self._journal.origin_marks() if self._journal is not None else {}
+        since = self._journal.newest_times() if self._journal is not None else {}
         broker_id = identity.hex().upper()
         # Only listed brokers are believed about owners: a CURVE pack's.
         access = self._broker.access
@@ -136,6 +137,7 @@ class PackService(Service):
             self._whisper,
             marks,
             owners=owners,
+            since=since,
         )
         zyre = Zyre(
             self._reactor,

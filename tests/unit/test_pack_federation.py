@@ -75,6 +75,7 @@ class Network:
         )
         self.harnesses[name] = harness
         marks = harness.journal.origin_marks() if harness.journal is not None else {}
+        since = harness.journal.newest_times() if harness.journal is not None else {}
         owners = None
         if self._owners:
             harness.broker.access = AccessControl(harness.clock)
@@ -87,6 +88,7 @@ class Network:
             self._whisperer(name),
             marks,
             owners=owners,
+            since=since,
         )
         pack.start()
         self.packs[name] = pack
@@ -271,6 +273,28 @@ class StreamTests(PackTestCase):
         self.h("b").send(R, mlm.Credit(10))
         self.net.run()
         self.assertEqual(self.got("b", R), ["m2", "m3", "m4", "m5"])
+
+    def test_backAfterDowntimeAsksSinceItLastTookPart(self) -> None:
+        """
+        B, which never took a record from A, restarts and is apart while A
+        writes; when they meet again B asks A for what it wrote since B's
+        newest record (less the clocks' skew), not from now on: B's reader
+        gets what A wrote meanwhile, and nothing older.
+        """
+        self.write("a", "s", "old")
+        for name in ("a", "b"):
+            self.h(name).clock.advance(100.0)
+        self.h("b").open(W, "writer")
+        self.h("b").command(W, mlm.StreamWrite("s"))
+        self.h("b").send(W, mlm.StreamSend("mine", [b"x"]))
+        self.net.run()
+        self.net.restart("b")
+        self.net.part("b", "c")
+        self.read("b", R, "s", "")
+        self.h("a").clock.advance(1.0)
+        self.write("a", "s", "meanwhile")
+        self.net.join("a", "b")
+        self.assertEqual(self.got("b", R), ["meanwhile"])
 
     def test_lateJoinerReplaysHistoryFromPeers(self) -> None:
         """A reader on B reading from the earliest gets what A wrote before, then live."""
