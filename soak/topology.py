@@ -60,6 +60,12 @@ PACK_EXPIRED_MS: Final = 6000
 CLIENT_TIMEOUT_MS: Final = 3000
 
 
+# Seconds a group member may hold a record without acknowledging it
+# (malamute/limits/group-lease): short, so that what a member stuck behind a
+# fault held goes to another well before the soak's quiet end.
+GROUP_LEASE_S: Final = 3
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerSpec:
     """
@@ -223,6 +229,8 @@ class Cluster:
             "    pack\n"
             f"        evasive = {PACK_EXPIRED_MS // 3}\n"
             f"        expired = {PACK_EXPIRED_MS}\n"
+            "    limits\n"
+            f"        group-lease = {GROUP_LEASE_S}\n"
         )
         if self.layout.pack:
             for spec in self.layout.brokers:

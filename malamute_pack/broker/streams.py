@@ -599,19 +599,24 @@ class Streams:
         # from disk later; either way _read_done continues from there
         # (nesting at most tail/batch deep).
         connection.replaying.add(name)
+        # What the read covers: a hole it finds ends here, not at what was
+        # written while it ran (those come next, not skipped with the hole).
+        through = store.last_seq(name)
         store.read_stream(name, wanted, self._replay_batch).addCallback(
-            self._read_done, connection, name
+            self._read_done, connection, name, through
         ).addErrback(self._replay_failed, connection, name)
 
-    def _read_done(self, records: list[StreamRecord], connection: Connection, name: str) -> None:
+    def _read_done(
+        self, records: list[StreamRecord], connection: Connection, name: str, through: int
+    ) -> None:
         connection.replaying.discard(name)
         if connection.gone or name not in connection.behind:
             return
-        self._deliver_records(connection, name, records)
+        self._deliver_records(connection, name, records, through)
         self.resume(connection, name)
 
     def _deliver_records(
-        self, connection: Connection, name: str, records: list[StreamRecord]
+        self, connection: Connection, name: str, records: list[StreamRecord], through: int
     ) -> None:
         stream = self.streams[name]
         behind = connection.behind
@@ -619,7 +624,7 @@ class Streams:
         assert store is not None
         # What the journal cannot serve among what the read covered: a gap
         # for each, in its place among the records.
-        covered = records[-1].seq if records else store.last_seq(name)
+        covered = records[-1].seq if records else through
         lost = deque(store.lost(name, behind[name], covered))
         if not records and not lost:
             # Retained but unreadable (a journal batch failed): skip the hole.
@@ -628,7 +633,7 @@ class Streams:
                 stream=name,
                 seq=behind[name],
             )
-            behind[name] = store.last_seq(name) + 1
+            behind[name] = through + 1
             return
         matches = stream.readers.owner_matches
         session = connection.session

@@ -20,6 +20,7 @@ from malamute_pack.journal import JournalConfig, RetentionPolicy
 from malamute_pack.protocol import mlm
 from tests.broker_support import BrokerHarness
 from tests.memory_session import InMemorySession
+from tests.unit.test_journal_damage import mark_crashed
 
 W, R, R2, S = b"writer", b"reader", b"reader-2", b"sender"
 
@@ -511,3 +512,32 @@ class PeerBrokerTests(DurableTestCase):
         journal.withhold("this broker yielded to its pair's partner")
         self.h.settle()
         self.assertEqual(peer.records, [])
+
+
+class HoleTests(DurableTestCase):
+    """A reader crossing numbers no record has (a crash's skip)."""
+
+    journal_config = JournalConfig(prune_interval_s=3600, crash_skip=1000)
+
+    def test_recordsWrittenDuringTheReadNotSkipped(self) -> None:
+        """
+        A consumer resumes inside the numbers a crash skipped: its read of
+        them finds none, and the records written while that read ran come
+        next, not skipped with the hole.
+        """
+        self.writer()
+        self.write("a", "b", "c")
+        self.h.open(R, "reader", version=2)
+        self.h.command(R, mlm.StreamConsume("s", "", "c", "", mlm.RESUME))
+        self.h.command(R, mlm.StreamCommit("s", 3))
+        self.h.close()
+        mark_crashed(self.path)
+        self.h = self.harness()
+        self.writer()
+        self.h.open(R, "reader", version=2)
+        # The read from 4 is asked for now; the writes go to the writer on
+        # the clock's next turn, after it.
+        self.h.send(R, mlm.StreamConsume("s", "", "c", "", mlm.RESUME))
+        self.write("d", "e")
+        got = [m for m in self.h.take(R) if isinstance(m, mlm.StreamRecord)]
+        self.assertEqual([(m.sequence, m.subject) for m in got], [(1004, "d"), (1005, "e")])
