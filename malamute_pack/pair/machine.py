@@ -129,7 +129,9 @@ class Guard(enum.Enum):
     ALWAYS = "always"  # the only row
     SAME_ROLE = "same role"  # the partner's heartbeat names this broker's own role
     PRIMARY = "primary"  # this broker is the primary
-    PRIMARY_PARTNER_SILENT = "primary, partner silent"
+    # A primary whose journal leads the history (or holds none yet), its
+    # partner silent: it lacks nothing the partner may have acknowledged.
+    PRIMARY_LEADS_PARTNER_SILENT = "primary that leads, partner silent"
     PARTNER_SILENT = "partner silent"  # now >= peer_expiry
     # The partner is silent, this broker is in sync (and, with alone-after
     # set, it heard the partner less than alone-after less a heartbeat ago).
@@ -189,8 +191,11 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
     # restarted, not in sync to serve): serve.
     (_S.STARTING, _E.PEER_PASSIVE): (Row(_G.ALWAYS, (_A.BECOME_ACTIVE,), _S.ACTIVE),),
     (_S.STARTING, _E.CLIENT_REQUEST): (
-        # A primary that heard nobody for the whole timeout serves alone.
-        Row(_G.PRIMARY_PARTNER_SILENT, (_A.BECOME_ACTIVE, _A.ACCEPT_CLIENT), _S.ACTIVE),
+        # A primary that heard nobody for the whole timeout serves alone, if
+        # its journal leads the history: one that did not lead when it
+        # stopped (it was cut off, or yielded, while the backup took over)
+        # would serve without what the backup acknowledged.
+        Row(_G.PRIMARY_LEADS_PARTNER_SILENT, (_A.BECOME_ACTIVE, _A.ACCEPT_CLIENT), _S.ACTIVE),
         # A primary with a live partner may be failing back while the backup
         # serves; a backup never starts active by itself (silent partner or not).
         Row(_G.OTHERWISE, (_A.REFUSE_CLIENT,), _S.STARTING),
@@ -474,7 +479,9 @@ class PairMachine:
         @param leads: whether this broker's journal leads the history the
             pair last served (this broker was the last active);
             C{peer_leads}, the same of the partner's (its heartbeat says).
-            Between two starting brokers the one that leads, alone, serves.
+            Between two starting brokers the one that leads, alone, serves;
+            a primary that heard nobody serves alone only if it leads (or
+            its journal holds no history yet).
         @param partner_newer: (between two actives) the partner took over
             from the history this broker leads; C{partner_older}, this
             broker took over from the partner's.
@@ -517,8 +524,8 @@ class PairMachine:
                 return peer_role is self.role
             case Guard.PRIMARY:
                 return self.role is Role.PRIMARY
-            case Guard.PRIMARY_PARTNER_SILENT:
-                return self.role is Role.PRIMARY and not self.partner_alive(now)
+            case Guard.PRIMARY_LEADS_PARTNER_SILENT:
+                return self.role is Role.PRIMARY and leads and not self.partner_alive(now)
             case Guard.PARTNER_SILENT:
                 return not self.partner_alive(now)
             case Guard.SAFE_TAKEOVER:

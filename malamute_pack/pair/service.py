@@ -72,6 +72,7 @@ from malamute_pack.pair.machine import Action, Event, PairMachine, Role, State, 
 from malamute_pack.pair.probe import PartnerProbe
 from malamute_pack.pair.replication import (
     COMPLETE,
+    EPOCH,
     LEADER,
     History,
     Replica,
@@ -185,6 +186,7 @@ class PairService(Service):
         self._recovered: Recovered | None = None
         self._loop: LoopingCall | None = None
         self._leads = False  # this journal leads the history (this broker was the last active)
+        self._fresh = False  # this journal holds no history yet
         self.takeovers = 0
         self._same_role = ""  # the incarnation of the same-role broker reported last
         self._no_takeover_reported = False  # since the partner was last back
@@ -246,6 +248,8 @@ class PairService(Service):
         # A journal that lost records (a damaged file, salvaged) leads no
         # history: its partner's copy is the whole one.
         self._leads = found.pair.get(LEADER) == self.role.value and not found.losses
+        # No history yet (never paired): nothing a partner acknowledged to lack.
+        self._fresh = not found.pair.get(EPOCH) and not found.losses
 
     @property
     def epoch(self) -> str:
@@ -424,10 +428,24 @@ class PairService(Service):
         self.suspensions += 1
         self.gate.suspend(_SUSPENDED)
         self._journal.refuse_held(_UNREACHABLE)
+        # The partner may take over meanwhile: until this broker serves again,
+        # its journal does not lead (restarted alone, it would not serve).
+        self._lead(False)
+
+    def _lead(self, leads: bool) -> None:
+        """Record in the journal whether it leads the history (L{recovered} reads it)."""
+        if leads == self._leads:
+            return
+        self._leads = leads
+        recording = self._journal.execute(set_state({LEADER: self.role.value if leads else ""}))
+        recording.addErrback(
+            lambda failure: _log.failure("pair: recording whether this journal leads", failure)
+        )
 
     def _serve_again(self) -> None:
         if self.gate.suspended:
             self.gate.resume()
+            self._lead(True)
             _log.info("pair: serving clients again")
 
     def _probe_partner(self) -> None:
@@ -533,7 +551,9 @@ class PairService(Service):
             now,
             peer_role=peer_role,
             in_sync=self._in_sync(),
-            leads=self._leads,
+            # (A lone primary's question: does it lack nothing? A fresh
+            # journal lacks nothing either.)
+            leads=self._leads or (event is Event.CLIENT_REQUEST and self._fresh),
             peer_leads=peer_leads,
             partner_newer=partner_newer,
             partner_older=partner_older,
@@ -687,6 +707,7 @@ class PairService(Service):
             status=EXIT_YIELDED,
         )
         self.gate.close("not active: this broker yielded to its partner; connect to the partner")
+        self._lead(False)  # the partner's history is the newer
         self._journal.withhold("this broker yielded to its pair's partner, which serves now")
         self._stopping_itself = True
         self.stop_broker(EXIT_YIELDED)

@@ -207,15 +207,30 @@ class StartingRowTests(SynchronousTestCase):
 
     def test_clientPrimaryPartnerSilent(self) -> None:
         """
-        A client of a starting primary whose partner is silent, from exactly
-        its expiry on, makes it ACTIVE and is accepted.
+        A client of a starting primary that leads (or holds no history yet)
+        whose partner is silent, from exactly its expiry on, makes it ACTIVE
+        and is accepted.
         """
         machine = PairMachine(P, 10.0, heartbeat=1.0, misses=2)
         self.assertEqual(
-            machine.handle(Event.CLIENT_REQUEST, 12.0),
+            machine.handle(Event.CLIENT_REQUEST, 12.0, leads=True),
             Transition(State.ACTIVE, (A.BECOME_ACTIVE, A.ACCEPT_CLIENT)),
         )
         self.assertIs(machine.state, State.ACTIVE)
+
+    def test_clientPrimaryThatDoesNotLead(self) -> None:
+        """
+        A starting primary whose journal does not lead the history (it was
+        cut off, or yielded, while the backup took over) never serves alone,
+        however long its partner is silent: it would serve without what the
+        backup acknowledged.
+        """
+        machine = PairMachine(P, 10.0, heartbeat=1.0, misses=2)
+        for now in (12.0, 100.0, 10_000.0):
+            self.assertEqual(
+                machine.handle(Event.CLIENT_REQUEST, now, leads=False),
+                Transition(State.STARTING, (A.REFUSE_CLIENT,)),
+            )
 
     def test_clientPrimaryPartnerAlive(self) -> None:
         """
@@ -550,9 +565,13 @@ class ScenarioTests(SynchronousTestCase):
         serves; the backup that starts later goes passive and refuses clients.
         """
         primary = PairMachine(P, 0.0, heartbeat=1.0, misses=2)
-        self.assertEqual(primary.handle(Event.CLIENT_REQUEST, 1.0).actions, (A.REFUSE_CLIENT,))
+        # (Its journal leads, or holds no history yet.)
         self.assertEqual(
-            primary.handle(Event.CLIENT_REQUEST, 2.0).actions, (A.BECOME_ACTIVE, A.ACCEPT_CLIENT)
+            primary.handle(Event.CLIENT_REQUEST, 1.0, leads=True).actions, (A.REFUSE_CLIENT,)
+        )
+        self.assertEqual(
+            primary.handle(Event.CLIENT_REQUEST, 2.0, leads=True).actions,
+            (A.BECOME_ACTIVE, A.ACCEPT_CLIENT),
         )
         backup = PairMachine(B, 3.0, heartbeat=1.0, misses=2)
         self.assertEqual(beat(backup, primary, 3.0), Transition(State.ACTIVE, ()))
