@@ -230,7 +230,7 @@ class PairPartitionTests(PairSystemCase):
 
     PREFIXES: ClassVar[dict[str, str]] = {
         "test_pairLinkCut": "mpp3",
-        "test_activePaused": "mpp6",
+        "test_activePaused": "mpp7",
     }
 
     def yielded(self, index: int, timeout: float) -> str:
