@@ -125,6 +125,7 @@ class Pack:
         # from yet is asked for what it wrote since (less CLOCK_SKEW).
         self._since = dict(since or {})
         self._left: dict[str, float] = {}
+        self._started = clock.seconds()
         self._outbox_limit = outbox_limit
         self._owners = owners
         self.peers: dict[bytes, PeerBroker] = {}
@@ -136,6 +137,7 @@ class Pack:
         self.groups = PackGroups(broker, clock, broker_id, self.by_origin, owners is not None)
 
     def start(self) -> None:
+        self._started = self._clock.seconds()
         self._broker.interests.listener = self
         self._broker.streams.on_forward_failed = self._forward_failed
         self.groups.start()
@@ -294,16 +296,16 @@ class Pack:
         Our readers' interest, as a (re)connected peer is told it: from
         after the last record taken from it on that stream (none lost while
         apart); if none was ever taken, what it wrote since this broker last
-        took part (the peer left, or, at start, the stream's newest record
-        here), a few seconds earlier for the clocks' skew (nothing of it is
-        here, so nothing comes twice); else (a stream new here) from now on.
+        took part (the peer left; else the stream's newest record here at
+        start; else since this broker started: a peer seen for the first
+        time, a new member, is asked for all it wrote meanwhile), a few
+        seconds earlier for the clocks' skew (nothing of it is here, so
+        nothing comes twice).
         """
         mark = self._marks.get((stream, member.origin))
         if mark is not None:
             return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
-        since = self._left.get(member.origin, self._since.get(stream))
-        if since is None:
-            return packlink.Interest(stream, pattern)
+        since = self._left.get(member.origin, self._since.get(stream, self._started))
         position = max(0, round((since - CLOCK_SKEW) * 1000))
         return packlink.Interest(stream, pattern, packlink.TIME, position)
 

@@ -801,3 +801,27 @@ class ForwardFailureTests(SynchronousTestCase):
         b.clock.advance(REWIND_DELAY)
         net.run()
         self.assertEqual(self.copy(b), [f"m{n}" for n in range(5)])
+
+
+class FirstMeetingTests(SynchronousTestCase):
+    """Two brokers meeting for the first time."""
+
+    def test_newPeerSendsWhatItWroteSinceThisOneStarted(self) -> None:
+        """
+        A reader on B, B running alone; A (a broker B never saw, say one
+        started afresh) writes, then the two meet: B asks A for what it
+        wrote since B started, not from now on, and its reader gets it.
+        """
+        net = Network(Path(self.mktemp()), ["a", "b"])
+        self.addCleanup(net.close)
+        a, b = net.harnesses["a"], net.harnesses["b"]
+        b.open(R, "reader")
+        b.command(R, mlm.StreamRead("s", ""))
+        for harness in (a, b):
+            harness.clock.advance(10.0)
+        a.open(W, "writer")
+        a.command(W, mlm.StreamWrite("s"))
+        a.send(W, mlm.StreamSend("early", [b"x"]))
+        net.run()
+        net.join("a", "b")
+        self.assertEqual(subjects(b.take(R)), ["early"])
