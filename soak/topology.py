@@ -61,9 +61,12 @@ CLIENT_TIMEOUT_MS: Final = 3000
 
 
 # Seconds a group member may hold a record without acknowledging it
-# (malamute/limits/group-lease): short, so that what a member stuck behind a
-# fault held goes to another well before the soak's quiet end.
-GROUP_LEASE_S: Final = 3
+# (malamute/limits/group-lease): shorter than the default 30, so that what a
+# member stuck behind a fault held goes to another before the soak's quiet
+# end (the quiet must be longer: soak.run.QUIET), and longer than the
+# nemesis's longest pause (8 s): a broker stopped that long expires every
+# lease on resuming (leases count time the broker did not run).
+GROUP_LEASE_S: Final = 10
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,12 @@ from malamute_pack.testing.brokerprocess import PROJECT_ROOT, checkout_environme
 from malamute_pack.testing.netns import netns_available
 from tests.support import skip_slow
 
-# Seconds of load and faults per topology, and the mean seconds between faults.
+# Seconds of load and faults per topology, the mean seconds between faults,
+# and the readers' quiet before the reads back (past the soak's group lease,
+# soak.topology.GROUP_LEASE_S, so that what a stuck member held is handed on).
 SECONDS = 20
 INTERVAL = 2
+QUIET = 12
 
 
 class ShortSoakTests(SynchronousTestCase):
@@ -54,7 +57,7 @@ class ShortSoakTests(SynchronousTestCase):
         done = subprocess.run(
             [
                 sys.executable, "-m", "soak", "--topology", topology, "--seed", str(seed),
-                "--seconds", str(SECONDS), "--fault-interval", str(INTERVAL), "--quiet", "5",
+                "--seconds", str(SECONDS), "--fault-interval", str(INTERVAL), "--quiet", str(QUIET),
                 "--out", str(out),
             ],
             cwd=PROJECT_ROOT,
