@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.broker.limits import Limits
-from malamute_pack.journal import JournalConfig, RetentionPolicy
+from malamute_pack.journal import Journal, JournalConfig, RetentionPolicy
 from malamute_pack.protocol import mlm
 from tests.broker_support import BrokerHarness
 from tests.memory_session import InMemorySession
@@ -463,6 +463,17 @@ class NoJournalTests(SynchronousTestCase):
 class PeerBrokerTests(DurableTestCase):
     """A peer broker of the pack is sent only what is durable here."""
 
+    def peer_held(self) -> tuple[Journal, InMemorySession]:
+        """The journal, holding each batch for a pair's partner, and a peer broker reading C{s}."""
+        journal = self.h.journal
+        assert journal is not None
+        journal.hold_for_replica(True)
+        peer = InMemorySession("peer")
+        remote = self.h.broker.attach_remote(peer)
+        assert remote is not None
+        self.h.broker.streams.subscribe(remote, "s", "")
+        return journal, peer
+
     def test_peerGetsOnlyDurable(self) -> None:
         """
         A peer broker (a remote connection) reading a stream is sent a
@@ -471,13 +482,7 @@ class PeerBrokerTests(DurableTestCase):
         its records live and the peer nothing; once the partner has them,
         the peer gets them in order, and later records as they commit.
         """
-        journal = self.h.journal
-        assert journal is not None
-        journal.hold_for_replica(True)
-        peer = InMemorySession("peer")
-        remote = self.h.broker.attach_remote(peer)
-        assert remote is not None
-        self.h.broker.streams.subscribe(remote, "s", "")
+        journal, peer = self.peer_held()
         self.h.open(R, "local", version=2)
         self.h.command(R, mlm.StreamRead("s", ""))
         self.writer()
@@ -499,13 +504,7 @@ class PeerBrokerTests(DurableTestCase):
         never acknowledged, the partner serving without it) never reaches a
         peer broker, though a local reader had it live.
         """
-        journal = self.h.journal
-        assert journal is not None
-        journal.hold_for_replica(True)
-        peer = InMemorySession("peer")
-        remote = self.h.broker.attach_remote(peer)
-        assert remote is not None
-        self.h.broker.streams.subscribe(remote, "s", "")
+        journal, peer = self.peer_held()
         self.writer()
         self.write("a")
         self.h.clock.run_thread_calls(lambda: bool(journal.commit_latencies))

@@ -392,12 +392,10 @@ class MovingTests(PackGroupCase):
         self.collect()
         self.assertEqual(len(self.got[("b", b"m1")]), 20)
 
-    def test_homeLostMembersMoveToTheNextHome(self) -> None:
+    def sixty_acknowledged(self) -> str:
         """
-        The home (a) leaves the pack after its members on b and c
-        acknowledged 60 records written on b and c: they join the group's
-        next home, which passes over those 60 (the position a told the
-        pack, in origin terms) and delivers the 30 written after, each once.
+        The three in a pack, members on b and c of a group homed on a, 60
+        records written on b and c, each acknowledged: the group's name.
         """
         self.net.mesh()
         group = self.group_homed_on("a")
@@ -410,6 +408,16 @@ class MovingTests(PackGroupCase):
             got = self.got[(name, route)]
             self.assertTrue(got)
             self.commit(name, route, got[-1][0])
+        return group
+
+    def test_homeLostMembersMoveToTheNextHome(self) -> None:
+        """
+        The home (a) leaves the pack after its members on b and c
+        acknowledged 60 records written on b and c: they join the group's
+        next home, which passes over those 60 (the position a told the
+        pack, in origin terms) and delivers the 30 written after, each once.
+        """
+        self.sixty_acknowledged()
         self.assertEqual(sum(len(g) for g in self.got.values()), 60)
         self.h("a").clock.advance(1.0)  # a tells the pack its position
         self.net.run()
@@ -435,17 +443,7 @@ class MovingTests(PackGroupCase):
         heard), then a leaves, and the next home still passes over the 60
         records acknowledged and delivers only the 30 written after.
         """
-        self.net.mesh()
-        group = self.group_homed_on("a")
-        self.join("b", b"m1", group)
-        self.join("c", b"m2", group)
-        self.write("b", 30, subjects=6)
-        self.write("c", 30, subjects=6, start=30)
-        self.collect()
-        for name, route in (("b", b"m1"), ("c", b"m2")):
-            got = self.got[(name, route)]
-            self.assertTrue(got)
-            self.commit(name, route, got[-1][0])
+        group = self.sixty_acknowledged()
         self.h("a").clock.advance(1.0)  # a tells the pack its position
         self.net.run()
         for name in ("b", "c"):
