@@ -129,9 +129,10 @@ class Guard(enum.Enum):
     ALWAYS = "always"  # the only row
     SAME_ROLE = "same role"  # the partner's heartbeat names this broker's own role
     PRIMARY = "primary"  # this broker is the primary
-    # A primary whose journal leads the history (or holds none yet), its
-    # partner silent: it lacks nothing the partner may have acknowledged.
-    PRIMARY_LEADS_PARTNER_SILENT = "primary that leads, partner silent"
+    # A primary that may serve alone (its journal holds no history yet, or
+    # the operator's alone-after has passed: the service's leads), its
+    # partner silent.
+    PRIMARY_LEADS_PARTNER_SILENT = "primary that may serve alone, partner silent"
     PARTNER_SILENT = "partner silent"  # now >= peer_expiry
     # The partner is silent, this broker is in sync (and, with alone-after
     # set, it heard the partner less than alone-after less a heartbeat ago).
@@ -191,10 +192,9 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
     # restarted, not in sync to serve): serve.
     (_S.STARTING, _E.PEER_PASSIVE): (Row(_G.ALWAYS, (_A.BECOME_ACTIVE,), _S.ACTIVE),),
     (_S.STARTING, _E.CLIENT_REQUEST): (
-        # A primary that heard nobody for the whole timeout serves alone, if
-        # its journal leads the history: one that did not lead when it
-        # stopped (it was cut off, or yielded, while the backup took over)
-        # would serve without what the backup acknowledged.
+        # A primary that heard nobody for the whole timeout serves alone only
+        # if it may (a new pair's, or alone-after passed): any other may
+        # lack what the backup acknowledged after taking over meanwhile.
         Row(_G.PRIMARY_LEADS_PARTNER_SILENT, (_A.BECOME_ACTIVE, _A.ACCEPT_CLIENT), _S.ACTIVE),
         # A primary with a live partner may be failing back while the backup
         # serves; a backup never starts active by itself (silent partner or not).
@@ -479,9 +479,9 @@ class PairMachine:
         @param leads: whether this broker's journal leads the history the
             pair last served (this broker was the last active);
             C{peer_leads}, the same of the partner's (its heartbeat says).
-            Between two starting brokers the one that leads, alone, serves;
-            a primary that heard nobody serves alone only if it leads (or
-            its journal holds no history yet).
+            Between two starting brokers the one that leads, alone, serves.
+            With CLIENT_REQUEST it says whether a primary that heard nobody
+            may serve alone (L{Guard.PRIMARY_LEADS_PARTNER_SILENT}).
         @param partner_newer: (between two actives) the partner took over
             from the history this broker leads; C{partner_older}, this
             broker took over from the partner's.

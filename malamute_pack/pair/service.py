@@ -432,6 +432,19 @@ class PairService(Service):
         # its journal does not lead (restarted alone, it would not serve).
         self._lead(False)
 
+    def _may_serve_alone(self, now: float) -> bool:
+        """
+        Whether this broker, starting and hearing nobody, lacks nothing its
+        partner may have acknowledged, so that it may serve alone: only if
+        its journal holds no history yet (a new pair), or if the operator
+        chose to go alone after a silence (alone-after) and it has lasted.
+        Any other journal, even one that led when it stopped, may lack what
+        the partner acknowledged after taking over since (found by the soak:
+        the active killed, the backup took over and was killed in turn, the
+        primary came back alone and served without what the backup had).
+        """
+        return self._fresh or self.machine.alone(now)
+
     def _lead(self, leads: bool) -> None:
         """Record in the journal whether it leads the history (L{recovered} reads it)."""
         if leads == self._leads:
@@ -551,9 +564,7 @@ class PairService(Service):
             now,
             peer_role=peer_role,
             in_sync=self._in_sync(),
-            # (A lone primary's question: does it lack nothing? A fresh
-            # journal lacks nothing either.)
-            leads=self._leads or (event is Event.CLIENT_REQUEST and self._fresh),
+            leads=self._may_serve_alone(now) if event is Event.CLIENT_REQUEST else self._leads,
             peer_leads=peer_leads,
             partner_newer=partner_newer,
             partner_older=partner_older,

@@ -207,9 +207,9 @@ class StartingRowTests(SynchronousTestCase):
 
     def test_clientPrimaryPartnerSilent(self) -> None:
         """
-        A client of a starting primary that leads (or holds no history yet)
-        whose partner is silent, from exactly its expiry on, makes it ACTIVE
-        and is accepted.
+        A client of a starting primary that may serve alone (a new pair's
+        journal, or alone-after passed: leads) whose partner is silent, from
+        exactly its expiry on, makes it ACTIVE and is accepted.
         """
         machine = PairMachine(P, 10.0, heartbeat=1.0, misses=2)
         self.assertEqual(
@@ -220,10 +220,10 @@ class StartingRowTests(SynchronousTestCase):
 
     def test_clientPrimaryThatDoesNotLead(self) -> None:
         """
-        A starting primary whose journal does not lead the history (it was
-        cut off, or yielded, while the backup took over) never serves alone,
+        A starting primary that may not serve alone (its journal holds a
+        history the backup may have gone on with) never serves alone,
         however long its partner is silent: it would serve without what the
-        backup acknowledged.
+        backup acknowledged after taking over.
         """
         machine = PairMachine(P, 10.0, heartbeat=1.0, misses=2)
         for now in (12.0, 100.0, 10_000.0):
