@@ -537,8 +537,12 @@ class PairMachine:
             case Guard.IN_SYNC:
                 return in_sync
             case Guard.LEADS:
-                return leads and not peer_leads
+                # (Both journals led a history: the one that took over from
+                # the other's is the newer.)
+                newer = partner_older and not partner_newer
+                return (leads and not peer_leads) or (leads and peer_leads and newer)
             case Guard.PARTNER_LEADS:
-                return peer_leads and not leads
+                newer = partner_newer and not partner_older
+                return (peer_leads and not leads) or (leads and peer_leads and newer)
             case Guard.NEWLY_SILENT:
                 return not self.partner_alive(now) and not self._reportedGone

@@ -74,6 +74,7 @@ from malamute_pack.pair.replication import (
     COMPLETE,
     EPOCH,
     LEADER,
+    PREVIOUS_EPOCH,
     History,
     Replica,
     ReplicationSource,
@@ -346,8 +347,17 @@ class PairService(Service):
 
     @property
     def previous_epoch(self) -> str:
-        """The history this broker's active took over from ("" when not active, or none)."""
-        return self.source.history.previous if self.source is not None else ""
+        """
+        The history this broker's active took over from ("" for none): as
+        active, or starting with a journal that led it (so that, of two
+        starting brokers whose journals both led, the one that took over
+        from the other's history serves).
+        """
+        if self.source is not None:
+            return self.source.history.previous
+        if self._leads and self._recovered is not None:
+            return self._recovered.pair.get(PREVIOUS_EPOCH, "")
+        return ""
 
     def _tick(self) -> None:
         now = self._clock.seconds()

@@ -186,6 +186,32 @@ class StartingRowTests(SynchronousTestCase):
         both = machine.handle(Event.PEER_STARTING, 0.5, peer_role=B, leads=True, peer_leads=True)
         self.assertEqual(both, Transition(State.ACTIVE, (A.BECOME_ACTIVE,)))
 
+    def test_bothLeadTheNewerServes(self) -> None:
+        """
+        Two starting brokers whose journals both led a history (the active
+        killed, the backup took over and was killed in turn): the one that
+        took over from the other's history serves, whatever its role; the
+        primary, whose history is the older, waits.
+        """
+        primary = machine_in(State.STARTING, P)
+        primary.heard(0.5)
+        self.assertEqual(
+            primary.handle(
+                Event.PEER_STARTING, 0.5, peer_role=B, leads=True, peer_leads=True,
+                partner_newer=True,
+            ),
+            Transition(State.STARTING, ()),
+        )  # fmt: skip
+        backup = machine_in(State.STARTING, B)
+        backup.heard(0.5)
+        self.assertEqual(
+            backup.handle(
+                Event.PEER_STARTING, 0.5, peer_role=P, leads=True, peer_leads=True,
+                partner_older=True,
+            ),
+            Transition(State.ACTIVE, (A.BECOME_ACTIVE,)),
+        )  # fmt: skip
+
     def test_peerActive(self) -> None:
         """A starting broker of either role that hears an ACTIVE partner goes PASSIVE."""
         for role in Role:
