@@ -262,15 +262,22 @@ def recover(
     ).fetchone() not in (None, (0,))
     lasts = {stream: last for stream, (_, last) in streams.items()}
     before_skip = last_id
+    floor = _counter(conn, STREAM_FLOOR)
     if crashed or takeover:
         # Numbers handed out before the crash but never committed (live
         # deliveries, ids of letters being written) must not come again:
-        # jump past them. Readers see the hole; nothing is reused.
+        # jump past them. Readers see the hole; nothing is reused. So does a
+        # stream the journal does not know (none of its records committed:
+        # a full disk): it starts past the crash skip (a salvage's floor
+        # already is).
         streams = {
             stream: (first if first <= last else last + crash_skip + 1, last + crash_skip)
             for stream, (first, last) in streams.items()
         }
         last_id += crash_skip
+        if floor < crash_skip:
+            floor = crash_skip
+            conn.execute(SET_COUNTER, (STREAM_FLOOR, floor))
     conn.execute(SET_COUNTER, (RUNNING, 1))
     appends = [
         AppendKey(*row)
@@ -295,7 +302,7 @@ def recover(
         owners,
         reads.consumers(conn),
         losses,
-        _counter(conn, STREAM_FLOOR),
+        floor,
         found,
     )
     return recovered, crashed, last_id

@@ -32,7 +32,7 @@ from tests.support import skip_slow
 # and the readers' quiet before the reads back (past the soak's group lease,
 # soak.topology.GROUP_LEASE_S, so that what a stuck member held is handed on).
 SECONDS = 20
-INTERVAL = 2
+INTERVAL = 3
 QUIET = 12
 
 

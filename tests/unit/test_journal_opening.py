@@ -45,7 +45,8 @@ class RecoveryTests(TestCase):
         """
         After a crash (the database left marked as open) sequence numbers
         and letter ids jump by C{crash_skip}, so none handed out before the
-        crash can come again; after a clean close they go on densely.
+        crash can come again, a stream the journal does not know included;
+        after a clean close they go on densely.
         """
         path = new_path(self)
         config = JournalConfig(crash_skip=1000)
@@ -63,6 +64,9 @@ class RecoveryTests(TestCase):
         records = yield journal.read_stream("a", 4, 10)
         self.assertEqual(seqs(records), [1004])
         self.assertEqual(journal.first_seq("empty"), 1)
+        # A stream none of whose records was committed (its numbers may
+        # have reached readers live) starts past the skip too.
+        self.assertEqual(append(journal, "never-written", 1), [1001])
         record = journal.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda e: None)
         self.assertEqual(record.id, 1002)
         yield journal.close()
