@@ -97,6 +97,13 @@ def blocking(
     )
 
 
+def dropped(client: BlockingClient | None) -> None:
+    """Close C{client} (its broker failed it) and wait a moment before a new one."""
+    if client is not None:
+        client.close()
+    time.sleep(0.5)
+
+
 def error_value(e: BaseException) -> dict[str, Any]:
     value: dict[str, Any] = {"error": f"{type(e).__name__}: {e}"[:300]}
     if isinstance(e, MalamuteError):
@@ -238,10 +245,8 @@ def run_receive(job: Job, history: Recorder) -> None:
                     client.set_worker(job["service"], ".*")
             delivery = client.recv(timeout=0.5)
         except ClientError:
-            if client is not None:
-                client.close()
-                client = None
-            time.sleep(0.5)
+            dropped(client)
+            client = None
             continue
         if delivery is None:
             continue
@@ -299,10 +304,8 @@ def run_consume(job: Job, history: Recorder) -> None:
                 client.consume(stream, "", name, group, mlm.RESUME)
             delivery = client.recv(timeout=0.2)
         except ClientError:
-            if client is not None:
-                client.close()
-                client = None
-            time.sleep(0.5)
+            dropped(client)
+            client = None
             continue
         if delivery is not None and delivery.sequence is not None:
             content = delivery.content[0] if delivery.content else b""
