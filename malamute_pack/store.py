@@ -25,10 +25,14 @@ from malamute_pack.protocol.records import ConsumerPosition, QueuedRecord, Strea
 class StoreError(Exception):
     """
     A store operation failed; C{reason} is a short text for clients (no
-    paths, the cause first).
+    paths, the cause first). C{unconfirmed}, when set, says the write is
+    on this broker's disk after all, and only a pair's partner did not
+    acknowledge it: its position in the order of writes, which
+    L{Store.confirm} waits for (a retry must not write it again).
     """
 
     reason: str = "write failed"
+    unconfirmed: int | None = None
 
 
 # Called once a queued record is durable (None) or could not be made so.
@@ -91,6 +95,14 @@ class Store(Protocol):
 
     def watch_failures(self, callback: Callable[[Mapping[str, int]], None]) -> None:
         """Call C{callback(stream_last)} as writes fail: per stream, the batch's last number."""
+
+    def confirm(self, position: int, on_durable: DurableCallback) -> None:
+        """
+        C{on_durable(None)} once the write at C{position} (a L{StoreError}'s
+        C{unconfirmed}) is acknowledged as any write is (a pair's partner
+        has it, or the broker goes on alone), or with the error if it is
+        refused again.
+        """
 
     def lost(self, stream: str, first: int, last: int) -> list[tuple[int, int]]:
         """

@@ -12,6 +12,13 @@ deleted from the journal in the transaction of the append that pushed them
 out), so memory stays bounded while a restarted writer, which repeats only
 its last few appends, still finds its keys.
 
+An append a pair's partner did not acknowledge (it was unreachable) failed
+for its writer, but its records are on this broker's disk, under its key:
+the key is remembered as written and *unconfirmed*, with the position of
+the write (L{StoreError.unconfirmed}); a retry writes nothing and waits for
+the partner to have that write (L{Store.confirm}), then is answered with
+the first append's numbers, or fails again.
+
 Tests: ``tests/unit/test_broker_appends.py``.
 """
 
@@ -39,6 +46,8 @@ class AppendKeys:
             raise ValueError(f"append-keys must be at least 1, not {limit}")
         self._limit = limit
         self._written: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+        # Written keys whose write the pair's partner has not acknowledged: its position.
+        self._unconfirmed: dict[tuple[str, str], int] = {}
         self._pending: dict[tuple[str, str], list[Waiter]] = {}
         self.forgotten = 0
 
@@ -50,12 +59,20 @@ class AppendKeys:
         for key in keys:
             self._written[(key.stream, key.key)] = (key.first, key.last)
             self._written.move_to_end((key.stream, key.key))
+            self._unconfirmed.pop((key.stream, key.key), None)
         while len(self._written) > self._limit:
-            self._written.popitem(last=False)
+            self._unconfirmed.pop(self._written.popitem(last=False)[0], None)
 
     def written(self, stream: str, key: str) -> tuple[int, int] | None:
         """The sequence numbers of the records written under C{key}, if it was."""
         return self._written.get((stream, key))
+
+    def unconfirmed(self, stream: str, key: str) -> int | None:
+        """
+        The position of the write of C{key}, if it is written and the
+        pair's partner has not acknowledged it (a retry confirms it).
+        """
+        return self._unconfirmed.get((stream, key))
 
     def wait(self, stream: str, key: str, waiter: Waiter) -> bool:
         """If C{key} is being written, tell C{waiter} its outcome too; whether it is."""
@@ -73,17 +90,44 @@ class AppendKeys:
         self._pending[(stream, key)] = [waiter]
         forget: list[tuple[str, str]] = []
         while self._written and len(self) > self._limit:
-            forget.append(self._written.popitem(last=False)[0])
+            old = self._written.popitem(last=False)[0]
+            self._unconfirmed.pop(old, None)
+            forget.append(old)
         self.forgotten += len(forget)
         return forget
 
-    def end(self, stream: str, key: str, first: int, last: int, code: int, reason: str) -> None:
+    def begin_confirm(self, stream: str, key: str, waiter: Waiter) -> None:
         """
-        The append of C{key} is durable (C{code} 200: remembered) or failed
-        (forgotten, so that a retry writes it); its waiters are told.
+        The unconfirmed write of C{key} is being confirmed; C{waiter} (and
+        whoever L{wait}s) gets the outcome (L{end}).
+        """
+        self._pending[(stream, key)] = [waiter]
+
+    def end(
+        self,
+        stream: str,
+        key: str,
+        first: int,
+        last: int,
+        code: int,
+        reason: str,
+        unconfirmed: int | None = None,
+    ) -> None:
+        """
+        The append of C{key} is durable (C{code} 200 or 208: remembered),
+        or failed: forgotten, so that a retry writes it, unless it is on
+        this disk all the same (C{unconfirmed}, the write's position: a
+        retry confirms it). Its waiters are told.
         """
         waiting = self._pending.pop((stream, key), [])
-        if code == 200:
+        if code < 300:
             self._written[(stream, key)] = (first, last)
+            self._unconfirmed.pop((stream, key), None)
+        elif unconfirmed is not None:
+            self._written[(stream, key)] = (first, last)
+            self._unconfirmed[(stream, key)] = unconfirmed
+        else:
+            self._written.pop((stream, key), None)
+            self._unconfirmed.pop((stream, key), None)
         for waiter in waiting:
             waiter(first, last, code, reason)

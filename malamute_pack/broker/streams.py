@@ -397,12 +397,16 @@ class Streams:
         for subject, _ in records:
             if longer_than(subject, self._max_subject):
                 raise Refused(f"invalid subject: longer than {self._max_subject} bytes")
-        found = self.appends.written(name, key)
-        if found is not None:
-            answer(found[0], found[1], mlm.ALREADY_WRITTEN, "already written")
-            return
         if self.appends.wait(name, key, answer):
             return  # the same key is being written: its outcome is this one's
+        found = self.appends.written(name, key)
+        if found is not None:
+            position = self.appends.unconfirmed(name, key)
+            if position is None:
+                answer(found[0], found[1], mlm.ALREADY_WRITTEN, "already written")
+            else:
+                self._confirm(name, key, found, position, answer)
+            return
         forget = self.appends.begin(name, key, answer)
         stream = self.require(name)
         now = self._clock.seconds()
@@ -416,7 +420,9 @@ class Streams:
                 if error is None:
                     self.appends.end(name, key, first, last, mlm.SUCCESS, "")
                 else:
-                    self.appends.end(name, key, first, last, mlm.FAILED, error.reason)
+                    self.appends.end(
+                        name, key, first, last, mlm.FAILED, error.reason, error.unconfirmed
+                    )
 
             given = store.append_batch(name, writer.address, records, now, key, forget, durable)
             assert given == first, (given, first)
@@ -432,6 +438,29 @@ class Streams:
                 self._fan_out(stream, writer, record, readers)
         if store is None:
             self.appends.end(name, key, first, last, mlm.SUCCESS, "")
+
+    def _confirm(
+        self, name: str, key: str, found: tuple[int, int], position: int, answer: Waiter
+    ) -> None:
+        """
+        A retry of C{key}, written here (C{found}) at C{position} and not
+        acknowledged by the pair's partner: nothing is written again; it is
+        answered as already written once the partner has it, or fails again.
+        """
+        store = self._store
+        assert store is not None, "only a store refuses a write it holds"
+        first, last = found
+        self.appends.begin_confirm(name, key, answer)
+
+        def confirmed(error: StoreError | None) -> None:
+            if error is None:
+                self.appends.end(name, key, first, last, mlm.ALREADY_WRITTEN, "already written")
+            else:
+                self.appends.end(
+                    name, key, first, last, mlm.FAILED, error.reason, error.unconfirmed
+                )
+
+        store.confirm(position, confirmed)
 
     # Reading from a position
 

@@ -882,6 +882,15 @@ class Journal:
         """The partner has every operation up to C{position} on its disk."""
         self._replica.replica_acked(position)
 
+    def confirm(self, position: int, on_durable: DurableCallback) -> None:
+        """
+        C{on_durable(None)} once the write at C{position} (a refused
+        outcome's C{unconfirmed}: on this disk, not acknowledged by the
+        pair's partner) is acknowledged after all, or with the error if it
+        is refused again (L{ReplicaHold.confirm}).
+        """
+        self._replica.confirm(position, on_durable)
+
     def pass_to_partner(self, change: object) -> None:
         """
         Ship C{change} to a pair's partner in its place in the order of

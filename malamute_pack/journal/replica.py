@@ -5,7 +5,11 @@ of writes (counted from 1 since the journal opened), the ``shipper`` that
 sees every hand-over to the writer to send to the partner, and the hold
 that keeps each batch's outcome (its callbacks, its stream records
 becoming durable) until the partner says it has it too
-(``replica_acked``). It also times each batch from hand-over to commit
+(``replica_acked``). A batch whose outcome is refused that way (the
+partner unreachable, the broker yielding) is on this disk all the same:
+its error says where (``unconfirmed``), and ``confirm`` tells when the
+partner has it after all, so that a retry waits for it instead of writing
+it again. It also times each batch from hand-over to commit
 (``commit_latencies``, for the statistics).
 
 Tests: ``tests/unit/test_journal_replica.py``.
@@ -13,7 +17,10 @@ Tests: ``tests/unit/test_journal_replica.py``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Mapping
 
@@ -23,11 +30,25 @@ from malamute_pack.journal.writer import BatchOutcome, WriteOp
 # What a pair's active hands its shipper: the position (in the order of
 # writes, from 1) of the first operation, and the operations.
 Shipper = Callable[[int, list[WriteOp]], None]
+# Told whether a refused write was confirmed after all (None) or refused again.
+Confirmed = Callable[[JournalError | None], None]
 
 
-def _failed(outcome: BatchOutcome, error: JournalError) -> BatchOutcome:
-    """C{outcome} answered with C{error}, whatever it was (its records stay on disk here)."""
-    return dataclasses.replace(outcome, error=outcome.error or error)
+def _unconfirmed(error: JournalError, position: int) -> JournalError:
+    """C{error} for the write at C{position}, which is on this disk (L{ReplicaHold.confirm})."""
+    mine = copy.copy(error)
+    mine.unconfirmed = position
+    return mine
+
+
+def _failed(outcome: BatchOutcome, error: JournalError, position: int) -> BatchOutcome:
+    """
+    C{outcome} (its last operation at C{position}) answered with C{error},
+    unless it failed already: its records stay on disk here.
+    """
+    if outcome.error is not None:
+        return outcome
+    return dataclasses.replace(outcome, error=_unconfirmed(error, position))
 
 
 class ReplicaHold:
@@ -48,10 +69,24 @@ class ReplicaHold:
         # Told at once of a batch the writer failed, held or not.
         self._write_failed = write_failed
         self.shipper: Shipper | None = None
+        # Waiting for the partner to have a refused write after all (confirm):
+        # (its position, an order of arrival, the callback), a heap.
+        self._confirms: list[tuple[int, int, Confirmed]] = []
+        self._arrivals = itertools.count()
         self.reset()
 
     def reset(self) -> None:
-        """Count from the start again (the journal opened)."""
+        """
+        Count from the start again (the journal opened): a write still
+        waiting to be confirmed is not (its position counted from the old
+        start; what the journal holds is restored from it).
+        """
+        confirms, self._confirms = self._confirms, []
+        if confirms:
+            error = JournalError("not acknowledged: the journal was opened again")
+            error.reason = "not acknowledged: the journal was opened again"
+            for _, _, done in confirms:
+                done(error)
         # Operations handed to the writer and reported back, counted from 1
         # since open: positions the shipper and the partner's acks use.
         self.handed = 0
@@ -86,7 +121,7 @@ class ReplicaHold:
             while handed_at and handed_at[0][0] <= self._reported:
                 handed_at.popleft()
         if self._withheld is not None and self._hold:
-            self._finish(_failed(outcome, self._withheld))
+            self._finish(_failed(outcome, self._withheld, self._reported))
             return
         if self._hold and (self._held or self._replica_position < self._reported):
             self._held.append((self._reported, outcome))
@@ -103,15 +138,33 @@ class ReplicaHold:
         serving broker may lack. (Alone, nothing waits: nothing changes.)
         """
         self._withheld = error
-        held, self._held = self._held, deque()
-        for _, outcome in held:
-            self._finish(_failed(outcome, error))
+        self.refuse_held(error)
 
     def refuse_held(self, error: JournalError) -> None:
-        """What waits for the partner now fails with ``error`` (later outcomes wait as before)."""
+        """
+        What waits for the partner now fails with ``error`` (later outcomes
+        wait as before), and so does each write waiting to be confirmed.
+        """
         held, self._held = self._held, deque()
-        for _, outcome in held:
-            self._finish(_failed(outcome, error))
+        for position, outcome in held:
+            self._finish(_failed(outcome, error, position))
+        confirms, self._confirms = self._confirms, []
+        for position, _, done in sorted(confirms):
+            done(_unconfirmed(error, position))
+
+    def confirm(self, position: int, done: Confirmed) -> None:
+        """
+        ``done(None)`` once the partner has the write at ``position`` (one
+        whose outcome was refused, on this disk all the same), at once if
+        it has or if nothing waits for it (alone); ``done(error)`` if it is
+        refused again (its ``unconfirmed`` set again).
+        """
+        if self._withheld is not None and self._hold:
+            done(_unconfirmed(self._withheld, position))
+        elif not self._hold or position <= self._replica_position:
+            done(None)
+        else:
+            heapq.heappush(self._confirms, (position, next(self._arrivals), done))
 
     def hold_for_replica(self, hold: bool) -> None:
         """
@@ -132,3 +185,6 @@ class ReplicaHold:
         held = self._held
         while held and held[0][0] <= position:
             self._finish(held.popleft()[1])
+        confirms = self._confirms
+        while confirms and confirms[0][0] <= position:
+            heapq.heappop(confirms)[2](None)

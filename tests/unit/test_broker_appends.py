@@ -2,8 +2,9 @@
 Tests for L{malamute_pack.broker.appends} and STREAM_APPEND on a broker
 with a real journal, through its real MLM sessions: all-or-nothing appends
 answered once durable, a key written once however often it is sent (also
-while the first is being written, and after a restart), the bound on keys
-remembered, and refusals answered as STREAM_APPENDED.
+while the first is being written, after a restart, and after a pair's
+partner did not acknowledge it), the bound on keys remembered, and
+refusals answered as STREAM_APPENDED.
 """
 
 from __future__ import annotations
@@ -42,6 +43,25 @@ class AppendKeysTests(SynchronousTestCase):
         keys.end("s", "k", 1, 3, 300, "disk full")
         self.assertIsNone(keys.written("s", "k"))
         self.assertFalse(keys.wait("s", "k", lambda *a: None))
+
+    def test_unconfirmed(self) -> None:
+        """
+        An append that failed on this disk all the same (a pair's partner
+        did not acknowledge it) stays written, unconfirmed, with its
+        position, until it is confirmed (then plain written) or forgotten.
+        """
+        keys = AppendKeys(10)
+        told: list[tuple[int, int, int, str]] = []
+        keys.begin("s", "k", lambda *a: told.append(a))
+        keys.end("s", "k", 1, 3, 300, "not acknowledged", unconfirmed=7)
+        self.assertEqual((keys.written("s", "k"), keys.unconfirmed("s", "k")), ((1, 3), 7))
+        keys.begin_confirm("s", "k", lambda *a: told.append(a))
+        self.assertTrue(keys.wait("s", "k", lambda *a: told.append(a)))
+        keys.end("s", "k", 1, 3, 208, "already written")
+        self.assertEqual((keys.written("s", "k"), keys.unconfirmed("s", "k")), ((1, 3), None))
+        self.assertEqual(
+            told, [(1, 3, 300, "not acknowledged")] + [(1, 3, 208, "already written")] * 2
+        )
 
     def test_bounded(self) -> None:
         """Past the limit the oldest keys are forgotten, and begin() says which."""
@@ -130,6 +150,46 @@ class AppendTests(SynchronousTestCase):
         self.h.send(A, append("k", "a"))
         self.assertEqual(self.h.take(A), [mlm.StreamAppended("s", "k", 1, 1, 200, "")] * 2)
         self.assertEqual(self.h.broker.store.last_seq("s"), 1)  # type: ignore[union-attr]
+
+    def flushed(self) -> None:
+        """Wait until the journal wrote everything sent so far."""
+        done: list[object] = []
+        self.h.journal.flush().addBoth(done.append)  # type: ignore[union-attr]
+        self.h.clock.run_thread_calls(lambda: bool(done))
+
+    def test_unconfirmedRetry(self) -> None:
+        """
+        An append a pair's partner did not acknowledge fails, but its
+        records are on this disk under its key: a retry writes nothing, fails
+        again while the partner is still away, and once the partner has the
+        write is answered with the first append's numbers (208).
+        """
+        journal = self.h.journal
+        assert journal is not None
+        journal.hold_for_replica(True)
+        self.h.send(A, append("k", "a", "b"))
+        self.flushed()
+        self.assertEqual(self.h.sent.get(A, []), [])  # held for the partner
+        journal.refuse_held("the pair's partner is unreachable")
+        [refused] = self.h.take(A)
+        assert isinstance(refused, mlm.StreamAppended)
+        self.assertEqual(
+            (refused.status_code, refused.status_reason),
+            (mlm.FAILED, "not acknowledged: the pair's partner is unreachable"),
+        )
+        self.h.send(A, append("k", "a", "b"))
+        self.assertEqual(self.h.take(A), [])  # waits for the partner
+        journal.refuse_held("the pair's partner is unreachable")
+        [again] = self.h.take(A)
+        self.assertEqual(again.status_code, mlm.FAILED)  # type: ignore[attr-defined]
+        self.h.send(A, append("k", "a", "b"))
+        self.h.send(A, append("k", "a", "b"))
+        journal.replica_acked(journal.handed)
+        self.assertEqual(
+            self.h.take(A),
+            [mlm.StreamAppended("s", "k", 1, 2, mlm.ALREADY_WRITTEN, "already written")] * 2,
+        )
+        self.assertEqual(journal.last_seq("s"), 2)
 
     def test_keyPerStream(self) -> None:
         """The same key on another stream is another append."""

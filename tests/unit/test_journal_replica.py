@@ -1,7 +1,8 @@
 """
 Tests for L{malamute_pack.journal.replica}: positions in the order of
 writes, the shipper that sees each hand-over, outcomes held until the
-partner acknowledges them (or the hold ends), and commit latencies; on a
+partner acknowledges them (or the hold ends), refused outcomes that say
+where their write is and are confirmed later, and commit latencies; on a
 L{ReplicaHold} with an injected clock.
 """
 
@@ -118,7 +119,9 @@ class RefusalTests(HoldCase):
         self.held()
         error = JournalError("unreachable")
         self.hold.refuse_held(error)
-        self.assertEqual([f.error for f in self.finished], [error, error])
+        self.assertEqual([str(f.error) for f in self.finished], ["unreachable"] * 2)
+        # Each says where its write is (on this disk all the same).
+        self.assertEqual([f.error and f.error.unconfirmed for f in self.finished], [2, 5])
         self.hand(1)
         later = outcome(1)
         self.hold.batch_done(later)
@@ -136,7 +139,8 @@ class RefusalTests(HoldCase):
         self.hold.withhold(error)
         self.hand(1)
         self.hold.batch_done(outcome(1))
-        self.assertEqual([f.error for f in self.finished], [error] * 3)
+        self.assertEqual([str(f.error) for f in self.finished], ["yielded"] * 3)
+        self.assertEqual([f.error and f.error.unconfirmed for f in self.finished], [2, 5, 6])
         self.hold.hold_for_replica(False)
         self.hand(1)
         self.hold.batch_done(outcome(1))
@@ -150,3 +154,63 @@ class RefusalTests(HoldCase):
         self.hold.batch_done(BatchOutcome(1, 1, 0, {}, [], own))
         self.hold.withhold(JournalError("yielded"))
         self.assertIs(self.finished[0].error, own)
+
+
+class ConfirmTests(HoldCase):
+    """A refused write, on this disk all the same, is confirmed once the partner has it."""
+
+    def refused(self) -> None:
+        """Two batches (positions 2 and 5) held, then refused (the partner unreachable)."""
+        self.hold.hold_for_replica(True)
+        self.hand(2)
+        self.hand(3)
+        self.hold.batch_done(outcome(2))
+        self.hold.batch_done(outcome(3))
+        self.hold.refuse_held(JournalError("unreachable"))
+
+    def confirm(self, position: int) -> list[JournalError | None]:
+        told: list[JournalError | None] = []
+        self.hold.confirm(position, lambda error: told.append(error))
+        return told
+
+    def test_confirmedOnAck(self) -> None:
+        """A confirm waits until the partner acknowledges the write's position, in order."""
+        self.refused()
+        second, first = self.confirm(5), self.confirm(2)
+        self.assertEqual((first, second), ([], []))
+        self.hold.replica_acked(3)
+        self.assertEqual((first, second), ([None], []))
+        self.hold.replica_acked(5)
+        self.assertEqual(second, [None])
+
+    def test_refusedAgain(self) -> None:
+        """Refused again while it waits, a confirm fails, naming its position again."""
+        self.refused()
+        told = self.confirm(2)
+        self.hold.refuse_held(JournalError("still unreachable"))
+        self.assertEqual([(str(e), e and e.unconfirmed) for e in told], [("still unreachable", 2)])
+
+    def test_aloneConfirmsAtOnce(self) -> None:
+        """Alone (no hold), or once the partner has the write, a confirm is answered at once."""
+        self.refused()
+        self.hold.replica_acked(2)
+        self.assertEqual(self.confirm(2), [None])
+        waiting = self.confirm(5)
+        self.hold.hold_for_replica(False)
+        self.assertEqual((waiting, self.confirm(5)), ([None], [None]))
+
+    def test_withheldFails(self) -> None:
+        """A broker that yields confirms nothing: a confirm fails at once, or as it waits."""
+        self.refused()
+        waiting = self.confirm(5)
+        self.hold.withhold(JournalError("yielded"))
+        self.assertEqual([(str(e), e and e.unconfirmed) for e in waiting], [("yielded", 5)])
+        self.assertEqual([str(e) for e in self.confirm(2)], ["yielded"])
+
+    def test_resetFails(self) -> None:
+        """The journal opened again: a waiting confirm fails, and is no longer unconfirmed."""
+        self.refused()
+        waiting = self.confirm(5)
+        self.hold.reset()
+        self.assertEqual([e and e.unconfirmed for e in waiting], [None])
+        self.assertIsNotNone(waiting[0])
