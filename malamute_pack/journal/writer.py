@@ -201,6 +201,10 @@ _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
 _INSERT_APPEND_KEY: Final = (
     "INSERT INTO stream_appends (stream, key, first_seq, last_seq, created) VALUES (?, ?, ?, ?, ?)"
 )
+_FOLLOW_APPEND_KEY: Final = (
+    _INSERT_APPEND_KEY + " ON CONFLICT (stream, key) DO UPDATE SET first_seq = excluded.first_seq,"
+    " last_seq = excluded.last_seq, created = excluded.created"
+)
 _DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
 _UPSERT_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
@@ -259,7 +263,7 @@ def _write_append(conn: sqlite3.Connection, append: StreamAppend, most: int) -> 
     its key, and the keys it makes the journal forget.
     """
     insert_all(conn, INSERT_STREAM, with_checksums(append.rows), most)
-    conn.execute(_INSERT_APPEND_KEY, append.key)
+    conn.execute(_FOLLOW_APPEND_KEY if append.follows else _INSERT_APPEND_KEY, append.key)
     if append.forget:
         conn.executemany(_DELETE_APPEND_KEY, append.forget)
 
@@ -286,6 +290,11 @@ class StreamAppend:
     forget: list[tuple[str, str]]
     on_durable: DurableCallback
     bytes: int
+    # A pair's passive applying its active's append: the active's key wins
+    # over a copy of it here, which is of a write the active shipped and
+    # then failed to make itself (its full disk), so its writer wrote the
+    # key again at new numbers; the earlier records stay (never lose one).
+    follows: bool = False
 
 
 @dataclass(slots=True)

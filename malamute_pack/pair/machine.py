@@ -48,6 +48,10 @@ Where this differs from ``bstar.c``:
    the role (of two actives, the one that took over from the other's
    history serves and the other yields; unrelated, the backup yields; the
    primary leaves a PASSIVE);
+ - of two starting brokers, the one whose journal took over from the
+   other's history serves (the heartbeat carries the history a journal
+   took over from, unless it lost records to damage), then the one whose
+   journal led last, then the primary;
  - a PASSIVE broker whose partner restarted goes ACTIVE only when it is in
    sync (it holds every acknowledged change); otherwise it stays PASSIVE and
    the restarted partner, hearing a PASSIVE, goes ACTIVE;
@@ -177,8 +181,15 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
     (_S.STARTING, _E.PEER_STARTING): (
         # Two primaries (or two backups): neither may go active; say so.
         Row(_G.SAME_ROLE, (_A.REPORT_SAME_ROLE,), _S.STARTING),
-        # Both starting: the one that was active last serves, whatever its
-        # role (the other's journal lacks what it acknowledged alone)...
+        # Both starting: the history decides first. A journal that took over
+        # from the other's history is the newer, whether it still leads or
+        # not (a broker that stopped serving while its partner was silent
+        # leads no more, yet holds what it acknowledged alone before): it
+        # serves, whatever its role...
+        Row(_G.PARTNER_NEWER, (), _S.STARTING),
+        Row(_G.PARTNER_OLDER, (_A.BECOME_ACTIVE,), _S.ACTIVE),
+        # ...else the one that was active last serves, whatever its role
+        # (the other's journal lacks what it acknowledged alone)...
         Row(_G.PARTNER_LEADS, (), _S.STARTING),
         Row(_G.LEADS, (_A.BECOME_ACTIVE,), _S.ACTIVE),
         # ...else the primary goes active; the backup hears that and goes passive.
@@ -310,8 +321,11 @@ def _row_problems(state: State, event: Event, row: Row) -> list[str]:
         problems.append("leadership decides only between two starting brokers")
     if row.guard is _G.NEWLY_SILENT and event is not _E.PEER_SILENT:
         problems.append("newly silent is a guard of the partner's silence only")
-    if row.guard in (_G.PARTNER_NEWER, _G.PARTNER_OLDER) and event is not _E.PEER_ACTIVE:
-        problems.append("which history is newer decides only between two actives")
+    if row.guard in (_G.PARTNER_NEWER, _G.PARTNER_OLDER) and event not in (
+        _E.PEER_ACTIVE,
+        _E.PEER_STARTING,
+    ):
+        problems.append("which history is newer decides only between two actives or starting")
     if (row.guard is _G.SAFE_TAKEOVER) != (_A.TAKE_OVER in actions and event is _E.CLIENT_REQUEST):
         problems.append("a client makes a passive take over exactly when it safely may")
     return problems
@@ -482,9 +496,10 @@ class PairMachine:
             Between two starting brokers the one that leads, alone, serves.
             With CLIENT_REQUEST it says whether a primary that heard nobody
             may serve alone (L{Guard.PRIMARY_LEADS_PARTNER_SILENT}).
-        @param partner_newer: (between two actives) the partner took over
-            from the history this broker leads; C{partner_older}, this
-            broker took over from the partner's.
+        @param partner_newer: (between two actives, or two starting
+            brokers) the partner took over from the history this broker
+            leads or last led; C{partner_older}, this broker took over
+            from the partner's.
         @raise ValueError: for PEER_STARTING without C{peer_role}.
         """
         if event is Event.PEER_STARTING and peer_role is None:

@@ -244,9 +244,9 @@ def _operation(change: wire.Change) -> WriteOp | None:
         return QueuedRemove(change.record_id)
     if isinstance(change, wire.Appended):
         size = sum(map(_ROW_SIZE, change.rows))  # no Python code per record
-        return StreamAppend(change.rows, change.key, change.forget, _ignore, size)
+        return StreamAppend(change.rows, change.key, change.forget, _ignore, size, follows=True)
     if isinstance(change, wire.AppendKey):
-        return StreamAppend([], change.key, [], _ignore, 0)
+        return StreamAppend([], change.key, [], _ignore, 0, follows=True)
     if isinstance(change, wire.OwnerClaimed):
         return OwnerClaim(change.address, change.user, change.claimed)
     if isinstance(change, wire.StreamDeleted):
@@ -793,8 +793,9 @@ class Replica:
             journal.forget_before(stream, first)
         statements += [(_SET_LAST, (stream, last)) for stream, last in message.counters.items()]
         statements.append((_SET_LAST_ID, (QUEUED_LAST_ID, message.last_id)))
-        # This journal now follows the active's history; it leads none.
-        statements += set_state({EPOCH: message.epoch, LEADER: ""})
+        # This journal now follows the active's history: it leads none, and
+        # took over from none.
+        statements += set_state({EPOCH: message.epoch, LEADER: "", PREVIOUS_EPOCH: ""})
         journal.execute(statements).addErrback(self._hello_failed)
         journal.note_counters(message.counters, message.last_id)
         self.link = message.link

@@ -349,14 +349,18 @@ class PairService(Service):
     def previous_epoch(self) -> str:
         """
         The history this broker's active took over from ("" for none): as
-        active, or starting with a journal that led it (so that, of two
-        starting brokers whose journals both led, the one that took over
-        from the other's history serves).
+        active, or starting with a journal that took over (so that, of two
+        starting brokers, the one that took over from the other's history
+        serves, even if it stopped leading when its partner fell silent:
+        found by the soak, the older one served and the newer's records
+        acknowledged alone were cut back). A journal that lost records to
+        damage claims nothing: its partner's copy may be the whole one.
         """
         if self.source is not None:
             return self.source.history.previous
-        if self._leads and self._recovered is not None:
-            return self._recovered.pair.get(PREVIOUS_EPOCH, "")
+        found = self._recovered
+        if self.replica is None and found is not None and not found.losses:
+            return found.pair.get(PREVIOUS_EPOCH, "")
         return ""
 
     def _tick(self) -> None:

@@ -282,6 +282,45 @@ class PairServiceTests(TestCase):
         assert isinstance(refused, mlm.Error)
         self.assertEqual(refused.status_code, NOT_ACTIVE)
 
+    async def test_newerHistoryServesAfterBothRestart(self) -> None:
+        """
+        The backup took over (the primary stopped), acknowledged a letter
+        alone, then stopped serving as a silent partner makes it (its
+        journal leads no more); both restart: the backup, whose journal
+        took over from the primary's history, serves, whatever the roles,
+        and the letter it acknowledged is delivered (found by the soak:
+        the primary served its older history and the backup's letters and
+        records were cut back, their numbers given again).
+        """
+        await self.started()
+        await self.primary.stop()
+        await settle(0.3)
+        writer = self.peer(self.backup)
+        self.assertEqual(await writer.command(mlm.ConnectionOpen(version=2, address="w")), mlm.Ok())
+        writer.send(mlm.MailboxSend("box", "alone", "", 0, [b"kept"]))
+        stored = await writer.next()
+        assert isinstance(stored, mlm.Stored)
+        self.assertEqual(stored.status_code, mlm.SUCCESS)
+        self.backup.pair._suspend()  # as when its partner falls silent, maybe alive
+        await self.backup.stop()
+        self.primary.start(self.context)
+        self.backup.start(self.context)
+        await until(
+            lambda: (
+                self.backup.pair.machine.state is State.ACTIVE
+                and self.primary.pair.replica is not None
+                and self.primary.pair.replica.in_sync
+            )
+        )
+        self.assertIs(self.primary.pair.machine.state, State.PASSIVE)
+        receiver = self.peer(self.backup)
+        self.assertEqual(
+            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
+        )
+        record = await receiver.next()
+        assert isinstance(record, mlm.MailboxRecord)
+        self.assertEqual((record.id, record.content), (stored.id, [b"kept"]))
+
     async def test_restartedPartnerReleasesAcknowledgements(self) -> None:
         """
         A heartbeat from a new incarnation of the partner (it restarted)

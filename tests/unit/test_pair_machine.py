@@ -212,6 +212,27 @@ class StartingRowTests(SynchronousTestCase):
             Transition(State.ACTIVE, (A.BECOME_ACTIVE,)),
         )  # fmt: skip
 
+    def test_startingNewerHistoryServes(self) -> None:
+        """
+        Between two starting brokers the history decides before who led
+        last: the one whose journal took over from the other's serves even
+        if it leads no more (it stopped serving while its partner was
+        silent, after acknowledging records alone), and the other waits,
+        even if it is the primary.
+        """
+        primary = machine_in(State.STARTING, P)
+        primary.heard(0.5)
+        self.assertEqual(
+            primary.handle(Event.PEER_STARTING, 0.5, peer_role=B, partner_newer=True),
+            Transition(State.STARTING, ()),
+        )
+        backup = machine_in(State.STARTING, B)
+        backup.heard(0.5)
+        self.assertEqual(
+            backup.handle(Event.PEER_STARTING, 0.5, peer_role=P, partner_older=True),
+            Transition(State.ACTIVE, (A.BECOME_ACTIVE,)),
+        )
+
     def test_peerActive(self) -> None:
         """A starting broker of either role that hears an ACTIVE partner goes PASSIVE."""
         for role in Role:

@@ -25,6 +25,8 @@ from twisted.logger import formatEvent
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import Journal, JournalError, RetentionPolicy
+from malamute_pack.journal.records import stream_row
+from malamute_pack.journal.writer import StreamAppend
 from malamute_pack.pair.replication import (
     History,
     Replica,
@@ -213,6 +215,43 @@ class ReplicationTests(JournalPairCase):
             self.assertEqual(
                 _rows(passive.path, "SELECT stream, key, first_seq, last_seq FROM stream_appends"),
                 [("trades", "k1", 301, 302)],
+            )
+
+        return self.run_async(run())
+
+    def test_append_key_written_again_follows(self) -> Deferred[None]:
+        """
+        The passive applies an append whose key it has already, at other
+        numbers (the active shipped the first write, failed to make it
+        itself, and wrote the key again for its writer's retry): the
+        active's numbers win, and both copies stay (found by the soak: the
+        passive refused the second, and its records were lost when it took
+        over).
+        """
+
+        async def run() -> None:
+            passive = self.journal("b")
+            records = [("a", [b"1"]), ("b", [b"2"])]
+
+            def append(first: int) -> StreamAppend:
+                rows = [
+                    stream_row("trades", seq, 5.0, "bulk", subject, content)
+                    for seq, (subject, content) in enumerate(records, first)
+                ]
+                key = ("trades", "k1", first, first + 1, 5.0)
+                return StreamAppend(rows, key, [], lambda _: None, 4, follows=True)
+
+            passive.apply([append(1)])
+            await passive.flush()
+            passive.apply([append(3)])
+            await passive.flush()
+            self.assertEqual(
+                [(seq, subject) for seq, subject, _ in _stream(passive.path, "trades")],
+                [(1, "a"), (2, "b"), (3, "a"), (4, "b")],
+            )
+            self.assertEqual(
+                _rows(passive.path, "SELECT stream, key, first_seq, last_seq FROM stream_appends"),
+                [("trades", "k1", 3, 4)],
             )
 
         return self.run_async(run())
