@@ -87,9 +87,11 @@ from malamute_pack.journal.reader import ReaderThread
 from malamute_pack.journal.records import QUEUED_KINDS
 from malamute_pack.journal.replica import Shipper
 from malamute_pack.journal.salvage import Salvage
+from malamute_pack.journal.schema import QUEUED_LAST_ID, STREAM_FLOOR
 from malamute_pack.journal.sequencing import Sequencer, merge_tail
 from malamute_pack.journal.verify import Found
 from malamute_pack.journal.writer import (
+    RAISE_COUNTER,
     Barrier,
     CompactSet,
     ConsumerSave,
@@ -970,6 +972,26 @@ class Journal:
         pair's passive keeps its counters at least at its active's).
         """
         self._sequence.note_counters(lasts, last_id)
+
+    def numbering_ceiling(self) -> int:
+        """The highest stream number or letter id this journal may have given (0 for none)."""
+        return self._sequence.ceiling()
+
+    def number_past(self, ceiling: int) -> Deferred[list[Rows]]:
+        """
+        Give no stream number nor letter id up to C{ceiling} from now on,
+        also after a restart (numbers a pair's partner may have given in a
+        history this journal does not hold): every stream, and any stream
+        to come, numbers past it. Fires once that is committed.
+        """
+        self._sequence.number_past(ceiling)
+        return self.execute(
+            [
+                ("UPDATE streams SET last_seq = max(last_seq, ?)", (ceiling,)),
+                (RAISE_COUNTER, (STREAM_FLOOR, ceiling)),
+                (RAISE_COUNTER, (QUEUED_LAST_ID, ceiling)),
+            ]
+        )
 
     def truncated(self, stream: str, last: int) -> None:
         """C{stream} now ends at C{last} (a replica cut back to its active's history)."""

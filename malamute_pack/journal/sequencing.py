@@ -167,6 +167,20 @@ class Sequencer:
                 self._next_seq[stream] = last + 1
         self._next_id = max(self._next_id, last_id + 1)
 
+    def ceiling(self) -> int:
+        """The highest stream number or letter id this journal may have given (0 for none)."""
+        return max(max(self._next_seq.values(), default=1), self._next_id, self._start) - 1
+
+    def number_past(self, ceiling: int) -> None:
+        """Give no stream number nor letter id up to C{ceiling} from now on."""
+        above = ceiling + 1
+        next_seq = self._next_seq
+        for stream, following in next_seq.items():
+            if following < above:
+                next_seq[stream] = above
+        self._start = max(self._start, above)
+        self._next_id = max(self._next_id, above)
+
     # Following numbers assigned elsewhere (a pair's partner's writes applied here).
 
     def follow_row(self, stream: str, seq: int) -> None:

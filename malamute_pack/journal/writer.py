@@ -206,7 +206,7 @@ _FOLLOW_APPEND_KEY: Final = (
     " last_seq = excluded.last_seq, created = excluded.created"
 )
 _DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
-_UPSERT_COUNTER: Final = (
+RAISE_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
 )
@@ -1321,7 +1321,7 @@ class JournalWriter:
         """
         conn = self._conn
         if self._unsaved_queued_last:
-            conn.execute(_UPSERT_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
+            conn.execute(RAISE_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
         if p.removed:
             conn.executemany(_DELETE_QUEUED, p.removed)
         conn.execute("COMMIT")

@@ -190,6 +190,9 @@ class PairService(Service):
         self._fresh = False  # this journal holds no history yet
         self.takeovers = 0
         self._same_role = ""  # the incarnation of the same-role broker reported last
+        # What the partner's last heartbeat said its damaged journal may have
+        # given (0: nothing to number past).
+        self._partner_ceiling = 0
         self._no_takeover_reported = False  # since the partner was last back
         self.suspensions = 0  # times it refused its clients, its partner silent
         self.activated: Deferred[None] = Deferred()
@@ -381,12 +384,24 @@ class PairService(Service):
                 self._leads,
                 self.previous_epoch,
                 self.shared_identity.hex().upper() if self.shared_identity else "",
+                self._ceiling(),
             )
         )
         if not machine.partner_alive(now):
             self._handle(Event.PEER_SILENT, now)
         if source is not None and source.holding:
             self._watch_partner(now)
+
+    def _ceiling(self) -> int:
+        """
+        The numbers this broker's journal may have given, while it claims no
+        history because it lost records to damage (0 otherwise): the broker
+        that serves instead numbers past them, so that none is given twice.
+        """
+        found = self._recovered
+        if self.source is None and self.replica is None and found is not None and found.losses:
+            return self._journal.numbering_ceiling()
+        return 0
 
     def _learn_identity(self, text: str) -> None:
         """The active partner's identity, C{text} (32 hex digits), is the pair's: kept."""
@@ -531,6 +546,7 @@ class PairService(Service):
                     source.drop_link()
             self.machine.observe(now)
             self.machine.heard(now)
+            self._partner_ceiling = message.ceiling
             if message.state == "active" and self.machine.state is not State.ACTIVE:
                 self._learn_identity(message.pack_id)
             if self.source is not None:
@@ -690,6 +706,19 @@ class PairService(Service):
         await journal.execute(set_state({**history.state(self.role.value), COMPLETE: "1"}))
         if self._abandoned():
             return  # the journal service is closing the journal
+        ceiling = self._partner_ceiling
+        if ceiling > journal.numbering_ceiling():
+            # Found by the soak: the partner served alone, then its journal
+            # was damaged and lost what only it had; this one serves its
+            # older history, and must not give those numbers again.
+            _log.warn(
+                "pair: the partner's journal lost records to damage and may have given"
+                " numbers up to {ceiling}: this broker numbers past them",
+                ceiling=ceiling,
+            )
+            await journal.number_past(ceiling)
+            if self._abandoned():
+                return
         self._leads = True
         self._recovered = found
         self._restore(found)

@@ -24,9 +24,11 @@ records (A) as one block packed by column
 (:mod:`malamute_pack.protocol.rowblock`), no longer as a row frame each:
 the passive rebuilds a thousand records without running Python code for
 each. Version 4 added consumer positions (C), which the catch-up copies
-as rows of their table, and the last-value streams (L). Version 5 (this
-one) adds to HEARTBEAT the history an active took over from (of two
-actives, the newer serves) and the pack identity the pair shares.
+as rows of their table, and the last-value streams (L). Version 5 added
+to HEARTBEAT the history an active took over from (of two actives, the
+newer serves) and the pack identity the pair shares; version 6 (this
+one), the numbers a journal that lost records to damage may have given
+(its ceiling: the broker that serves numbers past it).
 Brokers of other versions cannot pair with it: each refuses the other's
 messages, naming both versions.
 
@@ -34,7 +36,7 @@ messages, naming both versions.
 command            direction   fields / frames
 =================  ==========  ============================================
 HEARTBEAT (1)      both        role, state, in_sync, incarnation, epoch, link,
-                               leads, previous, pack id
+                               leads, previous, pack id, ceiling
 HELLO (2)          passive     incarnation, epoch, last id, streams' last
                                sequence numbers; frame: letter ids (u64s)
 CATCHUP_BEGIN (3)  active      link, base, mode, epoch, truncate points and
@@ -69,7 +71,7 @@ from malamute_pack.protocol.rowblock import decode_rows, encode_rows
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
-VERSION: Final = 5
+VERSION: Final = 6
 
 # Catch-up modes: what the passive keeps of its own journal.
 INCREMENTAL: Final = 0  # it follows this history: keep it all
@@ -96,6 +98,10 @@ class Heartbeat:
     # The identity the pair shows other brokers (a pack): the primary's,
     # which the backup learns from it (32 hex digits; "" for none yet).
     pack_id: str = ""
+    # A journal that lost records to damage (salvaged) and so claims no
+    # history: the highest stream number or letter id it may have given
+    # (0 for none), which the broker that serves numbers past.
+    ceiling: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +460,7 @@ _CODEC: Final[zproto.Codec[PairMessage]] = zproto.Codec(
                 ("leads", zproto.BOOL),
                 ("previous", _TEXT),
                 ("pack_id", _TEXT),
+                ("ceiling", zproto.NUMBER8),
             ),
         ),
         zproto.Spec(

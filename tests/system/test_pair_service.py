@@ -8,11 +8,13 @@ real journals and raw client peers; the identity the pair shares.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -320,6 +322,40 @@ class PairServiceTests(TestCase):
         record = await receiver.next()
         assert isinstance(record, mlm.MailboxRecord)
         self.assertEqual((record.id, record.content), (stored.id, [b"kept"]))
+
+    async def test_damagedPartnersNumbersNotGivenAgain(self) -> None:
+        """
+        The backup took over and gave letter ids of its own history, then
+        its journal lost records to damage (a salvage's losses), so it
+        claims no history when both restart: the primary serves its older
+        history, and numbers past what the backup said it may have given
+        (found by the soak: the same ids and sequence numbers given twice,
+        and a client's dedupe dropped the second letter of an id).
+        """
+        await self.started()
+        await self.primary.stop()
+        await settle(0.3)
+        writer = self.peer(self.backup)
+        self.assertEqual(await writer.command(mlm.ConnectionOpen(version=2, address="w")), mlm.Ok())
+        writer.send(mlm.MailboxSend("box", "alone", "", 0, [b""]))
+        stored = await writer.next()
+        assert isinstance(stored, mlm.Stored)
+        await self.backup.stop()
+        with closing(sqlite3.connect(self.backup.settings.data_dir / "journal.sqlite")) as conn:
+            conn.execute("INSERT INTO journal_losses VALUES ('orders', 5, 9, 0.0, 'damaged page')")
+            conn.commit()
+        self.primary.start(self.context)
+        self.backup.start(self.context)
+        await until(
+            lambda: self.primary.pair.source is not None and self.primary.pair.source.in_sync
+        )
+        self.assertIs(self.backup.pair.machine.state, State.PASSIVE)
+        sender = self.peer(self.primary)
+        self.assertEqual(await sender.command(mlm.ConnectionOpen(version=2, address="s")), mlm.Ok())
+        sender.send(mlm.MailboxSend("box", "after", "", 0, [b""]))
+        after = await sender.next()
+        assert isinstance(after, mlm.Stored)
+        self.assertGreater(after.id, stored.id)
 
     async def test_restartedPartnerReleasesAcknowledgements(self) -> None:
         """

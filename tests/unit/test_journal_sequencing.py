@@ -1,7 +1,8 @@
 """
 Tests for L{malamute_pack.journal.sequencing}: numbers handed out per
 stream and per letter, the tail of records not yet committed and the reads
-it answers, and numbers followed from elsewhere; through the journal
+it answers, numbers followed from elsewhere, and numbering past a
+ceiling (kept across a restart); through the journal
 (L{Journal.read_stream}) and on a L{Sequencer} alone.
 """
 
@@ -12,7 +13,14 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from malamute_pack.journal.sequencing import Sequencer, merge_tail
 from malamute_pack.protocol.records import StreamRecord
-from tests.unit.test_journal_journal import SLOW_COMMIT, Inline, append, open_journal, seqs
+from tests.unit.test_journal_journal import (
+    SLOW_COMMIT,
+    Inline,
+    append,
+    new_path,
+    open_journal,
+    seqs,
+)
 
 
 class TailTests(TestCase):
@@ -61,6 +69,43 @@ class TailTests(TestCase):
         self.assertEqual(seqs(records), list(range(1, 11)))
         self.assertEqual(records[:5], committed)
         self.assertEqual(records[7].content, (b"body", b"2"))
+
+
+class NumberPastTests(TestCase):
+    @inlineCallbacks
+    def test_numberPastKept(self) -> Inline:
+        """
+        After number_past(C{n}) every stream, known or new, and every
+        letter numbers past C{n}; so does the journal opened again after a
+        clean close; numbering_ceiling says the highest number it may have
+        given.
+        """
+        path = new_path(self)
+        journal, _ = open_journal(self, path)
+        append(journal, "small", 2)
+        append(journal, "big", 9)
+        self.assertEqual(journal.numbering_ceiling(), 9)
+        yield journal.number_past(100)
+        self.assertEqual(journal.numbering_ceiling(), 100)
+        self.assertEqual(append(journal, "small", 1), [101])
+        self.assertEqual(append(journal, "new", 1), [101])
+        yield journal.close()
+        journal, _ = open_journal(self, path)
+        self.assertEqual(append(journal, "big", 1), [101])
+        self.assertEqual(append(journal, "other", 1), [101])
+        letter = journal.store_queued("mailbox", "box", "s", "x", "", None, [b""], lambda _: None)
+        self.assertGreater(letter.id, 100)
+
+    def test_sequencerCeiling(self) -> None:
+        """A Sequencer's ceiling is its highest number or id given; number_past moves all past."""
+        sequence = Sequencer()
+        sequence.recovered({"s": (1, 10)}, last_id=30)
+        self.assertEqual(sequence.ceiling(), 30)
+        sequence.number_past(50)
+        self.assertEqual((sequence.last_seq("s"), sequence.last_seq("t")), (50, 50))
+        self.assertEqual(sequence.queued_id(), 51)
+        sequence.number_past(5)  # never back
+        self.assertEqual(sequence.ceiling(), 51)
 
 
 def record(seq: int) -> StreamRecord:
