@@ -64,6 +64,10 @@ class Connection:
     @ivar internal: it stands for a part of this broker's process (a
         multicast bridge, L{malamute_pack.multicast}): a local reader or
         writer whose patterns the pack announces, never expired for silence.
+    @ivar durable: it reads only records durable here, as a peer broker
+        does (a consumer group's reader: a record whose write then fails,
+        written again by its writer's retry, must not be handed to one
+        member and then, at its new number, to another).
     @ivar history: the streams it asked to read from a position (earliest,
         a sequence number or a time): records a peer replays from its
         history reach it live; a reader from the latest never gets them.
@@ -93,6 +97,7 @@ class Connection:
     stalled: bool = False
     remote: bool = False
     internal: bool = False
+    durable: bool = False
     _history: set[str] | None = field(default=None, init=False, repr=False)
     _ranges: dict[str, RangeRead] | None = field(default=None, init=False, repr=False)
     consuming: dict[str, str] | None = None

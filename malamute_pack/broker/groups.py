@@ -199,7 +199,9 @@ class Group:
         # their member has acknowledged what it was sent of them.
         self.unsettled: set[str] = set()
         self.seen = 0  # the last record the group took
-        self.reader = Connection(GroupSession(self), "", 0.0, internal=True)
+        # It reads records once durable: a record whose write fails never
+        # reaches a member (its retry, at a new number, would reach another).
+        self.reader = Connection(GroupSession(self), "", 0.0, internal=True, durable=True)
         self.reading = False
         # In a pack, the position also in origin terms (portable to another
         # home): per origin ("" for this broker), the highest origin

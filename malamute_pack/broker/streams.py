@@ -28,7 +28,9 @@ that the partner has too), resumed as each batch commits (the store's
 C{watch_durable}, while the batch is still in memory). A record whose
 write failed (a full disk), or that a yielding pair broker withholds,
 never reaches another broker, to come back there under another number
-when its writer tries again.
+when its writer tries again. A consumer group's reader (a C{durable}
+one) reads the same way: such a record never reaches one member and
+then, at its new number, another.
 
 A reader of a last-value stream may start from its last values
 (C{mlm.LAST_VALUES}): it is put behind at the stream's last sequence
@@ -212,7 +214,7 @@ class Streams:
             self._snapshots.pop((connection, name), None)
             self.streams[name].readers.unsubscribe_owner(connection)
             self._unread(connection, name, patterns)
-        if connection.remote:
+        if connection.remote or connection.durable:
             for waiting in self._awaiting.values():
                 waiting.discard(connection)
         connection.reading.clear()
@@ -318,8 +320,8 @@ class Streams:
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
                 continue
-            if reader.remote and self._store is not None:
-                # A peer broker: from the journal once durable (see the module).
+            if (reader.remote or reader.durable) and self._store is not None:
+                # A peer broker, a group: from the journal once durable (see the module).
                 reader.behind[name] = seq
                 self._awaiting.setdefault(name, set()).add(reader)
                 continue
@@ -619,7 +621,7 @@ class Streams:
         if wanted > store.last_seq(name):
             del connection.behind[name]  # caught up: live from here on
             return
-        if connection.remote and wanted > self._durable_through(name):
+        if (connection.remote or connection.durable) and wanted > self._durable_through(name):
             self._awaiting.setdefault(name, set()).add(connection)
             return
         if not connection.can_take():
@@ -666,7 +668,7 @@ class Streams:
             return
         matches = stream.readers.owner_matches
         session = connection.session
-        durable = self._durable_through(name) if connection.remote else None
+        durable = self._durable_through(name) if connection.remote or connection.durable else None
         for record in records:
             while lost and lost[0][0] <= record.seq:
                 self._damaged(connection, name, *lost.popleft())

@@ -513,6 +513,39 @@ class PeerBrokerTests(DurableTestCase):
         self.assertEqual(peer.records, [])
 
 
+class GroupDurableTests(DurableTestCase):
+    """A consumer group is handed only what is durable here."""
+
+    def test_memberGetsOnlyDurable(self) -> None:
+        """
+        A group's member is sent a record only once it is durable (in a
+        pair, once the partner has it), while a local reader has it live;
+        what the broker withholds (it yields to its partner) never reaches
+        the member (found by the soak: a record whose write failed reached
+        one member, and its writer's retry, at a new number, another).
+        """
+        journal = self.h.journal
+        assert journal is not None
+        self.h.open(R, "local", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.open(R2, "", version=2)
+        self.h.command(R2, mlm.StreamConsume("s", "", "m1", "g"))
+        self.writer()
+        journal.hold_for_replica(True)
+        self.write("a", "b")
+        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
+        live = [mlm.decode(frames) for frames in self.h.sent.pop(R, [])]
+        self.assertEqual(records(live), [(1, "a"), (2, "b")])
+        self.assertEqual(self.h.sent.get(R2, []), [])
+        journal.replica_acked(journal.handed)
+        self.assertEqual(records(self.h.take(R2)), [(1, "a"), (2, "b")])
+        self.write("c")
+        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 2)
+        journal.withhold("this broker yielded to its pair's partner")
+        self.h.settle()
+        self.assertEqual(records(self.h.take(R2)), [])
+
+
 class HoleTests(DurableTestCase):
     """A reader crossing numbers no record has (a crash's skip)."""
 

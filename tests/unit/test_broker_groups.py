@@ -420,6 +420,7 @@ class MembershipTests(GroupTestCase):
         self.assertEqual(groups.waiting_members(), 0)
         self.h.command(W, mlm.StreamWrite("s1"))
         self.h.send(W, mlm.StreamSend("k", [b"x"]))
+        self.h.settle()  # a group takes records once durable
         self.assertEqual(groups.waiting_members(), 1)
         self.h.send(MEMBERS[0], mlm.Credit(5))
         self.assertEqual(groups.waiting_members(), 0)
