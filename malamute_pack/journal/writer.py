@@ -201,10 +201,12 @@ _DELETE_QUEUED: Final = "DELETE FROM queued_messages WHERE id = ?"
 _INSERT_APPEND_KEY: Final = (
     "INSERT INTO stream_appends (stream, key, first_seq, last_seq, created) VALUES (?, ?, ?, ?, ?)"
 )
-_FOLLOW_APPEND_KEY: Final = (
-    _INSERT_APPEND_KEY + " ON CONFLICT (stream, key) DO UPDATE SET first_seq = excluded.first_seq,"
-    " last_seq = excluded.last_seq, created = excluded.created"
+_APPEND_KEY_NUMBERS: Final = (
+    "SELECT first_seq, last_seq FROM stream_appends WHERE stream = ? AND key = ?"
 )
+_RANGE: Final = "FROM stream_messages WHERE stream = ? AND seq BETWEEN ? AND ?"
+_COUNT_RANGE: Final = f"SELECT count(*), coalesce(sum(bytes), 0) {_RANGE}"
+_DELETE_RANGE: Final = f"DELETE {_RANGE}"
 _DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
 RAISE_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
@@ -257,13 +259,31 @@ def _written(
     )
 
 
+def _drop_earlier_copy(conn: sqlite3.Connection, key: tuple[str, str, int, int, float]) -> None:
+    """
+    A pair's passive has C{key} already at other numbers (see
+    L{StreamAppend.follows}): that copy's records and key go, off the totals.
+    """
+    stream, name, first, last, _ = key
+    found = conn.execute(_APPEND_KEY_NUMBERS, (stream, name)).fetchone()
+    if found is None or tuple(found) == (first, last):
+        return
+    count, size = conn.execute(_COUNT_RANGE, (stream, *found)).fetchone()
+    if count:
+        conn.execute(_DELETE_RANGE, (stream, *found))
+        conn.execute(_LESS_TOTALS, (count, size, stream))
+    conn.execute(_DELETE_APPEND_KEY, (stream, name))
+
+
 def _write_append(conn: sqlite3.Connection, append: StreamAppend, most: int) -> None:
     """
     An append's records (C{most} rows per INSERT at most, L{insert_all}),
     its key, and the keys it makes the journal forget.
     """
+    if append.follows:
+        _drop_earlier_copy(conn, append.key)
     insert_all(conn, INSERT_STREAM, with_checksums(append.rows), most)
-    conn.execute(_FOLLOW_APPEND_KEY if append.follows else _INSERT_APPEND_KEY, append.key)
+    conn.execute(_INSERT_APPEND_KEY, append.key)
     if append.forget:
         conn.executemany(_DELETE_APPEND_KEY, append.forget)
 
@@ -291,9 +311,10 @@ class StreamAppend:
     on_durable: DurableCallback
     bytes: int
     # A pair's passive applying its active's append: the active's key wins
-    # over a copy of it here, which is of a write the active shipped and
-    # then failed to make itself (its full disk), so its writer wrote the
-    # key again at new numbers; the earlier records stay (never lose one).
+    # over a copy of it here at other numbers, which is of a write the
+    # active shipped and then failed to make itself (its full disk), so its
+    # writer wrote the key again: that copy's records go (the active never
+    # had them, and never acknowledged them).
     follows: bool = False
 
 
