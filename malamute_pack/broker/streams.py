@@ -69,7 +69,7 @@ from malamute_pack.broker.stream import Stream
 from malamute_pack.matching import PatternError, validate_pattern
 from malamute_pack.protocol import mlm
 from malamute_pack.protocol.records import StreamRecord
-from malamute_pack.store import Store, StoreError
+from malamute_pack.store import DurableCallback, Store, StoreError
 
 _log = Logger()
 
@@ -418,14 +418,7 @@ class Streams:
             first = store.last_seq(name) + 1
             last = first + count - 1
 
-            def durable(error: StoreError | None) -> None:
-                if error is None:
-                    self.appends.end(name, key, first, last, mlm.SUCCESS, "")
-                else:
-                    self.appends.end(
-                        name, key, first, last, mlm.FAILED, error.reason, error.unconfirmed
-                    )
-
+            durable = self._append_ended(name, key, first, last, mlm.SUCCESS, "")
             given = store.append_batch(name, writer.address, records, now, key, forget, durable)
             assert given == first, (given, first)
         else:
@@ -453,16 +446,29 @@ class Streams:
         assert store is not None, "only a store refuses a write it holds"
         first, last = found
         self.appends.begin_confirm(name, key, answer)
+        store.confirm(
+            position,
+            self._append_ended(name, key, first, last, mlm.ALREADY_WRITTEN, "already written"),
+        )
 
-        def confirmed(error: StoreError | None) -> None:
+    def _append_ended(
+        self, name: str, key: str, first: int, last: int, code: int, reason: str
+    ) -> DurableCallback:
+        """
+        What ends the append of C{key} (C{first}..C{last}) once the store
+        has it: C{code} and C{reason}, or its failure (unconfirmed if the
+        records are on this disk all the same).
+        """
+
+        def ended(error: StoreError | None) -> None:
             if error is None:
-                self.appends.end(name, key, first, last, mlm.ALREADY_WRITTEN, "already written")
+                self.appends.end(name, key, first, last, code, reason)
             else:
                 self.appends.end(
                     name, key, first, last, mlm.FAILED, error.reason, error.unconfirmed
                 )
 
-        store.confirm(position, confirmed)
+        return ended
 
     # Reading from a position
 

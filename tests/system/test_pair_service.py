@@ -108,6 +108,19 @@ class Member:
         pair.stop_broker = stop
 
 
+async def formed(active: Member, passive: Member) -> None:
+    """Wait until C{active} serves and C{passive} follows it, both in sync."""
+    await until(
+        lambda: (
+            active.pair.machine.state is State.ACTIVE
+            and passive.pair.replica is not None
+            and passive.pair.replica.in_sync
+            and active.pair.source is not None
+            and active.pair.source.in_sync
+        )
+    )
+
+
 def stop_services(service: MultiService, stopped: Deferred[object]) -> None:
     """Stop C{service}, as a reactor's shutdown does; C{stopped} fires once it has."""
     stopping = service.stopService()
@@ -182,16 +195,24 @@ class PairServiceTests(TestCase):
         self.primary.start(self.context)
         others = journal_threads()
         self.backup.start(self.context)
-        await until(
-            lambda: (
-                self.primary.pair.machine.state is State.ACTIVE
-                and self.backup.pair.replica is not None
-                and self.backup.pair.replica.in_sync
-                and self.primary.pair.source is not None
-                and self.primary.pair.source.in_sync
-            )
-        )
+        await formed(self.primary, self.backup)
         return others
+
+    async def stored_by_backup_alone(self, body: bytes) -> mlm.Stored:
+        """
+        Once the pair formed, the primary stops and the backup, taking over
+        for a client, stores a letter with C{body} alone: its STORED.
+        """
+        await self.started()
+        await self.primary.stop()
+        await settle(0.3)
+        writer = self.peer(self.backup)
+        self.assertEqual(await writer.command(mlm.ConnectionOpen(version=2, address="w")), mlm.Ok())
+        writer.send(mlm.MailboxSend("box", "alone", "", 0, [body]))
+        stored = await writer.next()
+        assert isinstance(stored, mlm.Stored)
+        self.assertEqual(stored.status_code, mlm.SUCCESS)
+        return stored
 
     async def test_backupSharesThePrimarysIdentity(self) -> None:
         """
@@ -294,26 +315,12 @@ class PairServiceTests(TestCase):
         the primary served its older history and the backup's letters and
         records were cut back, their numbers given again).
         """
-        await self.started()
-        await self.primary.stop()
-        await settle(0.3)
-        writer = self.peer(self.backup)
-        self.assertEqual(await writer.command(mlm.ConnectionOpen(version=2, address="w")), mlm.Ok())
-        writer.send(mlm.MailboxSend("box", "alone", "", 0, [b"kept"]))
-        stored = await writer.next()
-        assert isinstance(stored, mlm.Stored)
-        self.assertEqual(stored.status_code, mlm.SUCCESS)
+        stored = await self.stored_by_backup_alone(b"kept")
         self.backup.pair._suspend()  # as when its partner falls silent, maybe alive
         await self.backup.stop()
         self.primary.start(self.context)
         self.backup.start(self.context)
-        await until(
-            lambda: (
-                self.backup.pair.machine.state is State.ACTIVE
-                and self.primary.pair.replica is not None
-                and self.primary.pair.replica.in_sync
-            )
-        )
+        await formed(self.backup, self.primary)
         self.assertIs(self.primary.pair.machine.state, State.PASSIVE)
         receiver = self.peer(self.backup)
         self.assertEqual(
@@ -332,23 +339,14 @@ class PairServiceTests(TestCase):
         (found by the soak: the same ids and sequence numbers given twice,
         and a client's dedupe dropped the second letter of an id).
         """
-        await self.started()
-        await self.primary.stop()
-        await settle(0.3)
-        writer = self.peer(self.backup)
-        self.assertEqual(await writer.command(mlm.ConnectionOpen(version=2, address="w")), mlm.Ok())
-        writer.send(mlm.MailboxSend("box", "alone", "", 0, [b""]))
-        stored = await writer.next()
-        assert isinstance(stored, mlm.Stored)
+        stored = await self.stored_by_backup_alone(b"")
         await self.backup.stop()
         with closing(sqlite3.connect(self.backup.settings.data_dir / "journal.sqlite")) as conn:
             conn.execute("INSERT INTO journal_losses VALUES ('orders', 5, 9, 0.0, 'damaged page')")
             conn.commit()
         self.primary.start(self.context)
         self.backup.start(self.context)
-        await until(
-            lambda: self.primary.pair.source is not None and self.primary.pair.source.in_sync
-        )
+        await formed(self.primary, self.backup)
         self.assertIs(self.backup.pair.machine.state, State.PASSIVE)
         sender = self.peer(self.primary)
         self.assertEqual(await sender.command(mlm.ConnectionOpen(version=2, address="s")), mlm.Ok())
