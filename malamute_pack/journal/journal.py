@@ -235,6 +235,18 @@ class Journal:
         self._replica.shipper = shipper
 
     @property
+    def on_unwritten(self) -> Callable[[list[WriteOp]], None] | None:
+        """
+        A pair's active's: told the operations it shipped in a batch its
+        writer then failed (a full disk), for the partner to remove them.
+        """
+        return self._replica.on_unwritten
+
+    @on_unwritten.setter
+    def on_unwritten(self, callback: Callable[[list[WriteOp]], None] | None) -> None:
+        self._replica.on_unwritten = callback
+
+    @property
     def commit_latencies(self) -> deque[float]:
         """Seconds from hand-over to commit of the latest batches (statistics)."""
         return self._replica.commit_latencies

@@ -9,7 +9,9 @@ becoming durable) until the partner says it has it too
 partner unreachable, the broker yielding) is on this disk all the same:
 its error says where (``unconfirmed``), and ``confirm`` tells when the
 partner has it after all, so that a retry waits for it instead of writing
-it again. It also times each batch from hand-over to commit
+it again. A batch the writer fails (a full disk) was shipped all the
+same: its operations go to ``on_unwritten``, for the partner to remove
+them too. It also times each batch from hand-over to commit
 (``commit_latencies``, for the statistics).
 
 Tests: ``tests/unit/test_journal_replica.py``.
@@ -69,6 +71,8 @@ class ReplicaHold:
         # Told at once of a batch the writer failed, held or not.
         self._write_failed = write_failed
         self.shipper: Shipper | None = None
+        # Told the operations of a batch the writer failed that were shipped.
+        self.on_unwritten: Callable[[list[WriteOp]], None] | None = None
         # Waiting for the partner to have a refused write after all (confirm):
         # (its position, an order of arrival, the callback), a heap.
         self._confirms: list[tuple[int, int, Confirmed]] = []
@@ -101,6 +105,10 @@ class ReplicaHold:
         self._handed_at: deque[tuple[int, float]] = deque()
         # Seconds from hand-over to commit of the latest batches (statistics).
         self.commit_latencies: deque[float] = deque(maxlen=256)
+        # The operations shipped and not yet reported, from position
+        # _shipped_from on (kept while on_unwritten is set).
+        self._shipped: deque[WriteOp] = deque()
+        self._shipped_from = 1
 
     def handed_over(self, ops: list[WriteOp]) -> None:
         """``ops`` went to the writer: they take the next positions, and ship."""
@@ -109,10 +117,17 @@ class ReplicaHold:
         self._handed_at.append((self.handed, self._seconds()))
         if self.shipper is not None:
             self.shipper(first, ops)
+            if self.on_unwritten is not None:
+                if not self._shipped:
+                    self._shipped_from = first
+                self._shipped.extend(ops)
 
     def batch_done(self, outcome: BatchOutcome) -> None:
         """The writer reports a batch: finished now, or held for the partner."""
+        start = self._reported + 1
         self._reported += outcome.operations
+        if self._shipped:
+            self._reported_shipped(start, outcome.error is not None)
         if outcome.error is not None and outcome.stream_last and self._write_failed is not None:
             self._write_failed(outcome.stream_last)
         handed_at = self._handed_at
@@ -127,6 +142,21 @@ class ReplicaHold:
             self._held.append((self._reported, outcome))
             return
         self._finish(outcome)
+
+    def _reported_shipped(self, start: int, failed: bool) -> None:
+        """
+        The batch of positions C{start}..C{self._reported} is reported: its
+        shipped operations are let go, to L{on_unwritten} if it C{failed}.
+        """
+        shipped = self._shipped
+        unwritten: list[WriteOp] = []
+        while shipped and self._shipped_from <= self._reported:
+            op = shipped.popleft()
+            if failed and self._shipped_from >= start:
+                unwritten.append(op)
+            self._shipped_from += 1
+        if unwritten and self.on_unwritten is not None:
+            self.on_unwritten(unwritten)
 
     def withhold(self, error: JournalError) -> None:
         """

@@ -260,6 +260,54 @@ def _operation(change: wire.Change) -> WriteOp | None:
     return None
 
 
+def unwritten(ops: list[WriteOp]) -> wire.Unwritten:
+    """What C{ops}, shipped and then not written (their batch failed), put on a partner."""
+    rows: list[tuple[str, int, int]] = []
+    keys: list[tuple[str, str, int]] = []
+    letters: list[int] = []
+
+    def add(stream: str, seq: int) -> None:
+        if rows and rows[-1][0] == stream and rows[-1][2] + 1 == seq:
+            rows[-1] = (stream, rows[-1][1], seq)
+        else:
+            rows.append((stream, seq, seq))
+
+    for op in ops:
+        if type(op) is tuple:
+            add(op[0], op[1])
+        elif isinstance(op, StreamAppend):
+            for row in op.rows:
+                add(row[0], row[1])
+            keys.append((op.key[0], op.key[1], op.key[2]))
+        elif isinstance(op, QueuedStore):
+            letters.append(op.record.id)
+    return wire.Unwritten(rows, keys, letters)
+
+
+# What removes an Unwritten's records (off their stream's totals), keys and letters.
+_LESS_RANGE: Final = (
+    "UPDATE streams SET"
+    " message_count = max(0, message_count - (SELECT count(*) FROM stream_messages"
+    " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3)),"
+    " total_bytes = max(0, total_bytes - (SELECT coalesce(sum(bytes), 0) FROM stream_messages"
+    " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3))"
+    " WHERE stream = ?1"
+)
+_DELETE_RANGE: Final = "DELETE FROM stream_messages WHERE stream = ? AND seq BETWEEN ? AND ?"
+_DELETE_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ? AND first_seq = ?"
+_DELETE_LETTER: Final = "DELETE FROM queued_messages WHERE id = ?"
+
+
+def unwrite_statements(change: wire.Unwritten) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements that take off a passive's journal what C{change} names."""
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+    for stream, first, last in change.rows:
+        statements += [(_LESS_RANGE, (stream, first, last)), (_DELETE_RANGE, (stream, first, last))]
+    statements += [(_DELETE_KEY, key) for key in change.keys]
+    statements += [(_DELETE_LETTER, (rid,)) for rid in change.letters]
+    return statements
+
+
 def security_change(state: ClientSecurity) -> wire.ClientSecurity:
     """The clients' security state as the link carries it."""
     return wire.ClientSecurity(
@@ -343,6 +391,18 @@ class ReplicationSource:
         # authenticates), sent at each catch-up.
         self.security: Callable[[], wire.ClientSecurity | None] = lambda: None
         journal.shipper = self._ship
+        journal.on_unwritten = self._unwritten
+
+    def _unwritten(self, ops: list[WriteOp]) -> None:
+        """
+        C{ops} were shipped, and their batch failed here (a full disk): the
+        partner removes them too, in the order of writes (found by the
+        soak: the passive kept records and letters the active never had,
+        and served them, beside their writers' retries, once it took over).
+        """
+        change = unwritten(ops)
+        if change.rows or change.keys or change.letters:
+            self._journal.pass_to_partner(change)
 
     # What the partner says.
 
@@ -832,6 +892,22 @@ class Replica:
                 ops.append(op)
             elif isinstance(change, wire.ClientSecurity):
                 self._install(change)
+            elif isinstance(change, wire.Unwritten):
+                # In the order of writes: after what came before it.
+                self._apply(ops)
+                ops = []
+                self._journal.execute(unwrite_statements(change)).addErrback(
+                    lambda failure: _log.failure(
+                        "pair: removing what the active did not write", failure
+                    )
+                )
+        self._apply(ops)
+        self._next += len(message.changes)
+        self.stats.applied += len(message.changes)
+        self._acknowledge()
+
+    def _apply(self, ops: list[WriteOp]) -> None:
+        """Write C{ops} a SHIP carried (noting, during a catch-up, what they change)."""
         if self._catching_up:
             for op in ops:
                 if isinstance(op, QueuedRemove):
@@ -844,9 +920,6 @@ class Replica:
                     p = op.position
                     self._consumed.add((p.stream, p.kind, p.name))
         self._journal.apply(ops)
-        self._next += len(message.changes)
-        self.stats.applied += len(message.changes)
-        self._acknowledge()
 
     def items(self, message: wire.Items) -> None:
         if message.link != self.link or self.link == 0:

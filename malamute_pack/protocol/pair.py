@@ -12,8 +12,10 @@ stream records (R), letters stored (Q) and removed (D), idempotent appends
 (A), append keys (K), an address's owner (O), a page of the owners table
 (P, catch-up), an operator's stream delete (X) and retention (T), the
 clients' security state (S: passwords, CURVE keys, access rules; never
-written to the passive's disk), a consumer's position (C) and the
-last-value streams (L). Integers are big-endian; a string is a
+written to the passive's disk), a consumer's position (C), the
+last-value streams (L), and what the active shipped and then failed to
+write itself (U: record ranges, append keys, letter ids the passive
+removes too). Integers are big-endian; a string is a
 4-byte length and UTF-8; a float is an IEEE double. Anything that does not
 decode raises :class:`MalformedPairMessage`. Messages and changes are
 declared by layout and compiled by :mod:`malamute_pack.protocol.zproto`.
@@ -28,7 +30,7 @@ as rows of their table, and the last-value streams (L). Version 5 added
 to HEARTBEAT the history an active took over from (of two actives, the
 newer serves) and the pack identity the pair shares; version 6 (this
 one), the numbers a journal that lost records to damage may have given
-(its ceiling: the broker that serves numbers past it).
+(its ceiling: the broker that serves numbers past it), and the change U.
 Brokers of other versions cannot pair with it: each refuses the other's
 messages, naming both versions.
 
@@ -256,6 +258,21 @@ class ClientSecurity:
     rules: dict[str, dict[str, list[str]]]
 
 
+@dataclass(frozen=True, slots=True)
+class Unwritten:
+    """
+    What the active shipped and then failed to write itself (a full disk):
+    the passive removes it too, so that it never serves what the active
+    never had (its writer's retry comes again at new numbers). C{rows}:
+    per stream, ranges (first, last) of records; C{keys}: append keys
+    (stream, key, first sequence number); C{letters}: letter ids.
+    """
+
+    rows: list[tuple[str, int, int]]
+    keys: list[tuple[str, str, int]]
+    letters: list[int]
+
+
 Change: TypeAlias = (
     StreamRow
     | QueuedRecord
@@ -269,6 +286,7 @@ Change: TypeAlias = (
     | ClientSecurity
     | ConsumerChanged
     | Compaction
+    | Unwritten
 )
 PairMessage: TypeAlias = (
     Heartbeat | Hello | CatchupBegin | Ship | Items | CatchupEnd | CaughtUp | Ack
@@ -279,6 +297,7 @@ _ROW, _LETTER, _REMOVED, _APPENDED, _KEY = b"RQDAK"
 _OWNER, _OWNERS, _DELETED, _RETENTION, _SECURITY = b"OPXTS"
 _CONSUMER = ord("C")
 _COMPACTION = ord("L")
+_UNWRITTEN = ord("U")
 
 # Field kinds beyond zproto's own: a string here has a 4-byte length.
 _TEXT: Final = zproto.LONGSTR
@@ -410,6 +429,16 @@ _CHANGES: Final[zproto.Codec[Change]] = zproto.Codec(
             "COMPACTION",
             Compaction,
             (("rebuild", zproto.BOOL), ("streams", zproto.ListOf(_TEXT, list))),
+        ),
+        zproto.Spec(
+            _UNWRITTEN,
+            "UNWRITTEN",
+            Unwritten,
+            (
+                ("rows", zproto.ListOf(zproto.Tuple(_TEXT, zproto.NUMBER8, zproto.NUMBER8), list)),
+                ("keys", zproto.ListOf(zproto.Tuple(_TEXT, _TEXT, zproto.NUMBER8), list)),
+                ("letters", zproto.ListOf(zproto.NUMBER8, list)),
+            ),
         ),
         zproto.Spec(
             _SECURITY,

@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import Journal, JournalConfig, RetentionPolicy
-from malamute_pack.protocol import mlm
+from malamute_pack.protocol import chunks, mlm
 from tests.broker_support import BrokerHarness
 from tests.memory_session import InMemorySession
 from tests.unit.test_journal_damage import mark_crashed
@@ -532,18 +532,23 @@ class GroupDurableTests(DurableTestCase):
         self.h.command(R2, mlm.StreamConsume("s", "", "m1", "g"))
         self.writer()
         journal.hold_for_replica(True)
-        self.write("a", "b")
+        self.append("k1", "a", "b")  # one operation: one batch
         self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
         live = [mlm.decode(frames) for frames in self.h.sent.pop(R, [])]
         self.assertEqual(records(live), [(1, "a"), (2, "b")])
         self.assertEqual(self.h.sent.get(R2, []), [])
         journal.replica_acked(journal.handed)
         self.assertEqual(records(self.h.take(R2)), [(1, "a"), (2, "b")])
-        self.write("c")
+        self.append("k2", "c")
         self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 2)
         journal.withhold("this broker yielded to its pair's partner")
         self.h.settle()
         self.assertEqual(records(self.h.take(R2)), [])
+
+    def append(self, key: str, *subjects: str) -> None:
+        """An idempotent append of C{subjects} by the writer: one journal operation."""
+        data = chunks.encode_append([(subject, [subject.encode()]) for subject in subjects])
+        self.h.send(W, mlm.StreamAppend("s", key, [data]))
 
 
 class HoleTests(DurableTestCase):

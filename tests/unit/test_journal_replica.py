@@ -2,8 +2,9 @@
 Tests for L{malamute_pack.journal.replica}: positions in the order of
 writes, the shipper that sees each hand-over, outcomes held until the
 partner acknowledges them (or the hold ends), refused outcomes that say
-where their write is and are confirmed later, and commit latencies; on a
-L{ReplicaHold} with an injected clock.
+where their write is and are confirmed later, the operations of a failed
+batch that were shipped, and commit latencies; on a L{ReplicaHold} with an
+injected clock.
 """
 
 from __future__ import annotations
@@ -214,3 +215,24 @@ class ConfirmTests(HoldCase):
         self.hold.reset()
         self.assertEqual([e and e.unconfirmed for e in waiting], [None])
         self.assertIsNotNone(waiting[0])
+
+
+class UnwrittenTests(HoldCase):
+    """The operations shipped in a batch the writer failed go to on_unwritten."""
+
+    def test_failedBatchOps(self) -> None:
+        """
+        With a shipper and on_unwritten set, a failed batch's operations (and
+        only those) are told, once it is reported; the good ones are let go.
+        """
+        told: list[list[WriteOp]] = []
+        self.hold.shipper = lambda first, ops: None
+        self.hold.on_unwritten = told.append
+        good, bad, later = self.hand(2), self.hand(3), self.hand(1)
+        self.hold.batch_done(outcome(2))
+        self.hold.batch_done(BatchOutcome(3, 3, 0, {}, [], JournalError("disk full")))
+        self.assertEqual(told, [bad])
+        self.hold.batch_done(outcome(1))
+        self.assertEqual(told, [bad])
+        self.assertNotIn(good, told)
+        self.assertNotIn(later, told)

@@ -26,16 +26,17 @@ from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal import Journal, JournalError, RetentionPolicy
 from malamute_pack.journal.records import stream_row
-from malamute_pack.journal.writer import StreamAppend
+from malamute_pack.journal.writer import QueuedStore, StreamAppend
 from malamute_pack.pair.replication import (
     History,
     Replica,
     ReplicationSource,
     security_state,
     set_state,
+    unwritten,
 )
 from malamute_pack.protocol import pair as wire
-from malamute_pack.protocol.records import READER, ConsumerPosition
+from malamute_pack.protocol.records import READER, ConsumerPosition, QueuedRecord
 from tests.support import capture_log
 
 CLOCK: IReactorTime = reactor
@@ -137,6 +138,14 @@ class JournalPairCase(TestCase):
             if CLOCK.seconds() > deadline:
                 self.fail("condition not met in time")
             await deferLater(CLOCK, 0.01, lambda: None)
+
+    async def linked(self, sync: bool) -> tuple[Journal, Journal, Pair]:
+        """An active and a passive journal, paired and in sync."""
+        active, passive = self.journal("a"), self.journal("b")
+        pair = Pair(active, passive, History("e1"), sync=sync)
+        pair.replica.hello()
+        await self.until(lambda: pair.source.in_sync)
+        return active, passive, pair
 
     def run_async(self, coroutine: Coroutine[Any, Any, None]) -> Deferred[None]:
         return Deferred.fromCoroutine(coroutine)
@@ -256,6 +265,42 @@ class ReplicationTests(JournalPairCase):
             self.assertEqual(
                 _rows(passive.path, "SELECT message_count FROM streams WHERE stream = 'trades'"),
                 [(2,)],
+            )
+
+        return self.run_async(run())
+
+    def test_unwritten_removed_from_the_passive(self) -> Deferred[None]:
+        """
+        What the active shipped and then failed to write itself (a full
+        disk: the records, an append's key, a letter) is removed from the
+        passive too, in the order of writes, off the stream's totals; what
+        came before and after stays.
+        """
+
+        async def run() -> None:
+            active, passive, pair = await self.linked(sync=False)
+            self.write(active, "trades", 5)
+            appended: list[JournalError | None] = []
+            active.append_batch("trades", "w", [("a", [b"1"])], 5.0, "k1", [], appended.append)
+            results: list[JournalError | None] = []
+            [rid] = self.store(active, 1, results)
+            await self.until(lambda: appended == [None] and len(results) == 1)
+            lost = [stream_row("trades", seq, 1.0, "writer", "s", [b""]) for seq in (3, 4)]
+            row = stream_row("trades", 6, 5.0, "w", "a", [b"1"])
+            append = StreamAppend([row], ("trades", "k1", 6, 6, 5.0), [], lambda _: None, 0)
+            letter = QueuedRecord(rid, "mailbox", "b", "s", "x", "", None, 1.0, ())
+            record = QueuedStore(letter, lambda _: None)
+            active.pass_to_partner(unwritten([*lost, append, record]))
+            self.write(active, "trades", 1)
+            await active.flush()
+            await self.until(lambda: pair.source.acked >= active.handed)
+            await passive.flush()
+            self.assertEqual([seq for seq, _, _ in _stream(passive.path, "trades")], [1, 2, 5, 7])
+            self.assertEqual(_rows(passive.path, "SELECT key FROM stream_appends"), [])
+            self.assertEqual(_letters(passive.path), [])
+            self.assertEqual(
+                _rows(passive.path, "SELECT message_count FROM streams WHERE stream = 'trades'"),
+                [(4,)],
             )
 
         return self.run_async(run())
@@ -557,10 +602,7 @@ class ReplicationTests(JournalPairCase):
         """
 
         async def run() -> None:
-            active, passive = self.journal("a"), self.journal("b")
-            pair = Pair(active, passive, History("e1"), sync=True)
-            pair.replica.hello()
-            await self.until(lambda: pair.source.in_sync)
+            active, passive, pair = await self.linked(sync=True)
             self.write(active, "trades", 10)
             results: list[JournalError | None] = []
             self.store(active, 3, results)

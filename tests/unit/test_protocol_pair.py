@@ -48,6 +48,7 @@ from malamute_pack.protocol.pair import (
     Retention,
     Ship,
     StreamDeleted,
+    Unwritten,
 )
 from malamute_pack.protocol.records import (
     ConsumerPosition,
@@ -107,6 +108,8 @@ CONSUMER_GONE = ConsumerChanged(
 )
 COMPACTION = Compaction(["ticks", NOT_UTF8])
 COMPACTION_NONE = Compaction([], rebuild=True)
+UNWRITTEN = Unwritten([("ticks", 3, 9), (NOT_UTF8, U64_MAX, U64_MAX)], [("ticks", "k", 3)], [7, 8])
+UNWRITTEN_NONE = Unwritten([], [], [])
 
 # One of each kind of change, in every variant named by the codec.
 CHANGES: list[Change] = [
@@ -135,6 +138,8 @@ CHANGES: list[Change] = [
     CONSUMER_GONE,
     COMPACTION,
     COMPACTION_NONE,
+    UNWRITTEN,
+    UNWRITTEN_NONE,
 ]
 
 # One or more of each message type.
