@@ -29,8 +29,10 @@ C{watch_durable}, while the batch is still in memory). A record whose
 write failed (a full disk), or that a yielding pair broker withholds,
 never reaches another broker, to come back there under another number
 when its writer tries again. A consumer group's reader (a C{durable}
-one) reads the same way: such a record never reaches one member and
-then, at its new number, another.
+one) and a durable consumer (STREAM_CONSUME) read the same way: such a
+record never reaches one member and then, at its new number, another,
+and a consumer never commits a position past a record that is then not
+there, or is another at that number (a pair's broker that yields).
 
 A reader of a last-value stream may start from its last values
 (C{mlm.LAST_VALUES}): it is put behind at the stream's last sequence
@@ -102,6 +104,15 @@ def check_pattern(pattern: str) -> None:
         validate_pattern(pattern)
     except PatternError as e:
         raise Refused(f"invalid pattern: {e}") from e
+
+
+def _durable_reader(connection: Connection, name: str) -> bool:
+    """
+    Whether C{connection} reads C{name} only up to what is durable: a peer
+    broker, a consumer group's reader, or a durable consumer of C{name}.
+    """
+    consuming = connection.consuming
+    return connection.remote or connection.durable or (consuming is not None and name in consuming)
 
 
 class Streams:
@@ -214,7 +225,7 @@ class Streams:
             self._snapshots.pop((connection, name), None)
             self.streams[name].readers.unsubscribe_owner(connection)
             self._unread(connection, name, patterns)
-        if connection.remote or connection.durable:
+        if connection.remote or connection.durable or connection.consuming:
             for waiting in self._awaiting.values():
                 waiting.discard(connection)
         connection.reading.clear()
@@ -320,8 +331,8 @@ class Streams:
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
                 continue
-            if (reader.remote or reader.durable) and self._store is not None:
-                # A peer broker, a group: from the journal once durable (see the module).
+            if self._store is not None and _durable_reader(reader, name):
+                # A peer broker, a consumer: from the journal once durable (see the module).
                 reader.behind[name] = seq
                 self._awaiting.setdefault(name, set()).add(reader)
                 continue
@@ -627,7 +638,7 @@ class Streams:
         if wanted > store.last_seq(name):
             del connection.behind[name]  # caught up: live from here on
             return
-        if (connection.remote or connection.durable) and wanted > self._durable_through(name):
+        if _durable_reader(connection, name) and wanted > self._durable_through(name):
             self._awaiting.setdefault(name, set()).add(connection)
             return
         if not connection.can_take():
@@ -674,7 +685,7 @@ class Streams:
             return
         matches = stream.readers.owner_matches
         session = connection.session
-        durable = self._durable_through(name) if connection.remote or connection.durable else None
+        durable = self._durable_through(name) if _durable_reader(connection, name) else None
         for record in records:
             while lost and lost[0][0] <= record.seq:
                 self._damaged(connection, name, *lost.popleft())

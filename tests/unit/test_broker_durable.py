@@ -513,8 +513,31 @@ class PeerBrokerTests(DurableTestCase):
         self.assertEqual(peer.records, [])
 
 
-class GroupDurableTests(DurableTestCase):
-    """A consumer group is handed only what is durable here."""
+class ConsumerDurableTests(DurableTestCase):
+    """A consumer group, and a durable consumer, are handed only what is durable here."""
+
+    def test_consumerGetsOnlyDurable(self) -> None:
+        """
+        A durable consumer (STREAM_CONSUME) is sent a record only once it is
+        durable (in a pair, once the partner has it), while a live reader
+        has it at once (found by the soak: a consumer committed past records a
+        yielding broker then never acknowledged, another record at their
+        numbers on the broker that served).
+        """
+        journal = self.h.journal
+        assert journal is not None
+        self.h.open(R, "local", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.open(R2, "", version=2)
+        self.h.command(R2, mlm.StreamConsume("s", "", "c1", ""))
+        self.writer()
+        journal.hold_for_replica(True)
+        self.append("k1", "a")
+        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
+        self.assertEqual(records([mlm.decode(f) for f in self.h.sent.pop(R, [])]), [(1, "a")])
+        self.assertEqual(self.h.sent.get(R2, []), [])
+        journal.replica_acked(journal.handed)
+        self.assertEqual(records(self.h.take(R2)), [(1, "a")])
 
     def test_memberGetsOnlyDurable(self) -> None:
         """
