@@ -212,8 +212,15 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
         Row(_G.OTHERWISE, (_A.REFUSE_CLIENT,), _S.STARTING),
     ),
     # ACTIVE: serving.
-    # The partner restarted: it will hear ACTIVE and go passive.
-    (_S.ACTIVE, _E.PEER_STARTING): (Row(_G.ALWAYS, (), _S.ACTIVE),),
+    (_S.ACTIVE, _E.PEER_STARTING): (
+        # The partner restarted, and its journal took over from the history
+        # this one serves (while this one refused its clients, cut off from
+        # it, the partner served them, then died): it is the newer; this
+        # one yields, and both settle as starting brokers do...
+        Row(_G.PARTNER_NEWER, (_A.BECOME_PASSIVE,), _S.PASSIVE),
+        # ...else it will hear ACTIVE and go passive.
+        Row(_G.OTHERWISE, (), _S.ACTIVE),
+    ),
     (_S.ACTIVE, _E.PEER_ACTIVE): (
         # Dual actives (this one paused or cut off while the clients made
         # the other take over, or a race at start): the newer active, the

@@ -194,6 +194,8 @@ class PairService(Service):
         # given (0: nothing to number past).
         self._partner_ceiling = 0
         self._no_takeover_reported = False  # since the partner was last back
+        # Its port refused connections while this broker refused its clients (logged once).
+        self._gone_while_suspended = False
         self.suspensions = 0  # times it refused its clients, its partner silent
         self.activated: Deferred[None] = Deferred()
         # Fires once the takeover under way (if any) has finished or given up.
@@ -485,6 +487,7 @@ class PairService(Service):
         )
 
     def _serve_again(self) -> None:
+        self._gone_while_suspended = False
         if self.gate.suspended:
             self.gate.resume()
             self._lead(True)
@@ -508,6 +511,20 @@ class PairService(Service):
             return  # heard again meanwhile
         if not gone:
             self._suspend()
+            return
+        if self.gate.suspended:
+            # It refused its clients, so they may have turned to the partner,
+            # which may have taken over and acknowledged writes before its
+            # process went (found by the soak: this broker then served its
+            # older history, and those writes were lost): only the partner,
+            # heard again, can say; until then acknowledge nothing.
+            if not self._gone_while_suspended:
+                self._gone_while_suspended = True
+                _log.warn(
+                    "pair: the partner's process is gone ({partner}), but it may have taken"
+                    " over while this broker refused its clients: this broker waits to hear it",
+                    partner=self._settings.connect,
+                )
             return
         _log.warn(
             "pair: the partner's pair port refuses connections: its process is gone ({partner})",
@@ -534,10 +551,14 @@ class PairService(Service):
                     )
                 return
             source = self.source
+            epoch = self.epoch
+            partner_newer = bool(epoch) and message.previous == epoch
             if source is not None and source.link and source.partner_incarnation:
-                if message.incarnation != source.partner_incarnation:
+                if message.incarnation != source.partner_incarnation and not partner_newer:
                     # The replica's process is gone (the partner restarted, and
                     # cannot take over before it has caught up): go on alone.
+                    # (Unless it took over from this broker's history before
+                    # it restarted: then it is the newer, and this one yields.)
                     self._go_alone("it restarted")
                 elif message.state != "passive":
                     # No longer following (it took over: two actives): the
@@ -551,13 +572,12 @@ class PairService(Service):
                 self._learn_identity(message.pack_id)
             if self.source is not None:
                 self._serve_again()
-            epoch = self.epoch
             self._handle(
                 event,
                 now,
                 Role(message.role),
                 message.leads,
-                partner_newer=bool(epoch) and message.previous == epoch,
+                partner_newer=partner_newer,
                 partner_older=bool(message.epoch) and self.previous_epoch == message.epoch,
             )
             if (

@@ -383,6 +383,53 @@ class PairServiceTests(TestCase):
         self.assertEqual(stored.status_code, mlm.SUCCESS)
         self.assertFalse(source.in_sync)
 
+    async def test_restartedNewerPartnerMakesActiveYield(self) -> None:
+        """
+        The partner starts again with a journal that took over from the
+        history the active serves (it served the clients the active
+        refused, then died): the active does not go on alone on that
+        restart (what waits for the partner is not acknowledged) and
+        yields, stopping itself (found by the soak: it served its older
+        history, and the partner's acknowledged writes were cut back).
+        """
+        await self.started()
+        sender = self.peer(self.primary)
+        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
+        self.backup.pair.link.pauseReading()  # the old backup applies nothing more
+        sender.send(mlm.MailboxSend("box", "held", "", 0, [b"1"]))
+        await settle(0.05)
+        self.assertEqual(sender.pending(), 0)  # STORED waits for the replica
+        epoch = self.primary.pair.epoch
+        self.primary.pair._received(
+            wire.Heartbeat("backup", "starting", False, "new", "newer", 0, False, epoch)
+        )
+        stored = await sender.next(timeout=1.0)
+        assert isinstance(stored, mlm.Stored)
+        self.assertNotEqual(stored.status_code, mlm.SUCCESS)
+        await self.primary.stopping
+        self.assertEqual(self.primary.exit_statuses, [EXIT_YIELDED])
+
+    async def test_goneWhileRefusingWaitsToHearIt(self) -> None:
+        """
+        An active that refused its clients while its partner was silent
+        (cut off from it, maybe taking over: the probe proved nothing), and
+        then finds the partner's port refusing connections (its process is
+        gone), does not go on alone: the partner may have taken over and
+        acknowledged writes before it went. It keeps refusing its clients
+        until it hears the partner again.
+        """
+        await self.started()
+        self.backup.pair.link.stop()  # the partner falls silent
+        pair = self.primary.pair
+        await until(lambda: not pair.machine.partner_alive(clock().seconds()))
+        pair._probed(False)  # no evidence: it refuses its clients (503)
+        self.assertTrue(pair.gate.suspended)
+        pair._probed(True)  # then the partner's port refuses connections
+        self.assertTrue(pair.gate.suspended)
+        refused = await self.peer(self.primary).command(mlm.ConnectionOpen(version=2))
+        assert isinstance(refused, mlm.Error)
+        self.assertEqual(refused.status_code, NOT_ACTIVE)
+
     async def test_sameRoleIgnored(self) -> None:
         """
         A heartbeat from another broker of this one's role, while this one

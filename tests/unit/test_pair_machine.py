@@ -233,6 +233,28 @@ class StartingRowTests(SynchronousTestCase):
             Transition(State.ACTIVE, (A.BECOME_ACTIVE,)),
         )
 
+    def test_activeYieldsToRestartedNewerPartner(self) -> None:
+        """
+        An active that hears its partner starting again, with a journal
+        that took over from the history this one serves (it served the
+        clients this one refused, then died), yields: PASSIVE (its
+        process stops, and both settle as starting brokers); any other
+        restarted partner finds it still ACTIVE.
+        """
+        for role in Role:
+            machine = machine_in(State.ACTIVE, role)
+            machine.heard(0.5)
+            self.assertEqual(
+                machine.handle(Event.PEER_STARTING, 0.5, peer_role=other(role), partner_newer=True),
+                Transition(State.PASSIVE, (A.BECOME_PASSIVE,)),
+            )
+            machine = machine_in(State.ACTIVE, role)
+            machine.heard(0.5)
+            self.assertEqual(
+                machine.handle(Event.PEER_STARTING, 0.5, peer_role=other(role)),
+                Transition(State.ACTIVE, ()),
+            )
+
     def test_peerActive(self) -> None:
         """A starting broker of either role that hears an ACTIVE partner goes PASSIVE."""
         for role in Role:
@@ -595,7 +617,7 @@ class TableTests(SynchronousTestCase):
             " -> become_active, take_over, accept_client -> active",
             lines,
         )
-        self.assertIn("active + peer_starting -> - -> active", lines)
+        self.assertIn("active + peer_starting [otherwise] -> - -> active", lines)
         self.assertTrue(lines[-1].startswith("any + peer_starting/peer_active/peer_passive"))
 
     def test_peerEvents(self) -> None:
