@@ -36,7 +36,7 @@ from malamute_pack.broker.letters import Kind
 from malamute_pack.broker.log_limit import LogLimit
 from malamute_pack.pack.groups import PackGroups
 from malamute_pack.pack.outbox import PeerOutbox
-from malamute_pack.pack.peer_broker import Marks, PeerBroker, Relays
+from malamute_pack.pack.peer_broker import Marks, Missing, PeerBroker, Relays
 from malamute_pack.protocol import mlm, packlink
 
 _log = Logger()
@@ -120,6 +120,9 @@ class Pack:
         self.broker_id = broker_id
         self._whisper = whisper
         self._marks = marks
+        # Records peers forwarded that were not written here, by (stream,
+        # origin): asked for again (PeerBroker.rewind), also after a reconnection.
+        self._missing: Missing = {}
         # When this broker last took part in each stream (its newest record
         # at start), and when each peer last left: a peer nothing was taken
         # from yet is asked for what it wrote since (less CLOCK_SKEW).
@@ -255,6 +258,7 @@ class Pack:
             self._marks,
             self._rehome,
             self._relays.setdefault(origin, Relays()),
+            self._missing,
         )
         self.peers[uuid] = member
         self.by_origin[origin] = member
@@ -303,6 +307,11 @@ class Pack:
         nothing comes twice).
         """
         mark = self._marks.get((stream, member.origin))
+        missing = self._missing.get((stream, member.origin))
+        if missing:
+            # Records of it not written here (a full disk), asked for again
+            # when the link broke (found by the soak: never asked for again).
+            return packlink.Interest(stream, pattern, packlink.SEQUENCE, min(missing))
         if mark is not None:
             return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
         since = self._left.get(member.origin, self._since.get(stream, self._started))

@@ -151,6 +151,7 @@ class PeerBroker:
         marks: Marks,
         on_addresses: Callable[[str], None],
         relays: Relays | None = None,
+        missing: Missing | None = None,
     ) -> None:
         """
         @param on_addresses: called with an address this peer stopped
@@ -176,9 +177,10 @@ class PeerBroker:
         self._relays.send = outbox.send
         self.counters = PeerCounters()
         self._log_limit = LogLimit(clock, _log)
-        # Streams asked for again (L{rewind}), until when: what the peer
-        # sends live meanwhile is dropped until its replay comes.
-        self.missing: Missing = {}
+        # Records asked for again (L{rewind}), by (stream, origin): the
+        # pack's, shared by the peer's connections, so that one that comes
+        # after a reconnection asks for them too (L{Federation._interest}).
+        self.missing: Missing = {} if missing is None else missing
         self._asking: dict[str, IDelayedCall] = {}
 
     def __repr__(self) -> str:

@@ -214,6 +214,19 @@ class PairServiceTests(TestCase):
         self.assertEqual(stored.status_code, mlm.SUCCESS)
         return stored
 
+    async def letter_held_for_the_backup(self) -> Peer:
+        """
+        The backup applies nothing more, and a client of the primary sends
+        a letter: its STORED waits for the replica. That client.
+        """
+        sender = self.peer(self.primary)
+        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
+        self.backup.pair.link.pauseReading()  # the old backup applies nothing more
+        sender.send(mlm.MailboxSend("box", "held", "", 0, [b"1"]))
+        await settle(0.05)
+        self.assertEqual(sender.pending(), 0)  # STORED waits for the replica
+        return sender
+
     async def test_backupSharesThePrimarysIdentity(self) -> None:
         """
         The pair shows other brokers one identity, the primary's: the backup
@@ -369,12 +382,7 @@ class PairServiceTests(TestCase):
         replica = self.backup.pair.incarnation
         self.primary.pair._received(wire.Heartbeat("backup", "passive", True, replica, "", 0))
         self.assertTrue(source.in_sync)
-        sender = self.peer(self.primary)
-        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
-        self.backup.pair.link.pauseReading()  # the old backup applies nothing more
-        sender.send(mlm.MailboxSend("box", "held", "", 0, [b"1"]))
-        await settle(0.05)
-        self.assertEqual(sender.pending(), 0)  # STORED waits for the replica
+        sender = await self.letter_held_for_the_backup()
         self.primary.pair._received(
             wire.Heartbeat("backup", "starting", False, "a-new-incarnation", "", 0)
         )
@@ -393,12 +401,7 @@ class PairServiceTests(TestCase):
         history, and the partner's acknowledged writes were cut back).
         """
         await self.started()
-        sender = self.peer(self.primary)
-        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
-        self.backup.pair.link.pauseReading()  # the old backup applies nothing more
-        sender.send(mlm.MailboxSend("box", "held", "", 0, [b"1"]))
-        await settle(0.05)
-        self.assertEqual(sender.pending(), 0)  # STORED waits for the replica
+        sender = await self.letter_held_for_the_backup()
         epoch = self.primary.pair.epoch
         self.primary.pair._received(
             wire.Heartbeat("backup", "starting", False, "new", "newer", 0, False, epoch)

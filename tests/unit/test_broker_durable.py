@@ -524,18 +524,7 @@ class ConsumerDurableTests(DurableTestCase):
         yielding broker then never acknowledged, another record at their
         numbers on the broker that served).
         """
-        journal = self.h.journal
-        assert journal is not None
-        self.h.open(R, "local", version=2)
-        self.h.command(R, mlm.StreamRead("s", ""))
-        self.h.open(R2, "", version=2)
-        self.h.command(R2, mlm.StreamConsume("s", "", "c1", ""))
-        self.writer()
-        journal.hold_for_replica(True)
-        self.append("k1", "a")
-        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
-        self.assertEqual(records([mlm.decode(f) for f in self.h.sent.pop(R, [])]), [(1, "a")])
-        self.assertEqual(self.h.sent.get(R2, []), [])
+        journal = self.held_while_read_live(mlm.StreamConsume("s", "", "c1", ""), "a")
         journal.replica_acked(journal.handed)
         self.assertEqual(records(self.h.take(R2)), [(1, "a")])
 
@@ -547,19 +536,7 @@ class ConsumerDurableTests(DurableTestCase):
         the member (found by the soak: a record whose write failed reached
         one member, and its writer's retry, at a new number, another).
         """
-        journal = self.h.journal
-        assert journal is not None
-        self.h.open(R, "local", version=2)
-        self.h.command(R, mlm.StreamRead("s", ""))
-        self.h.open(R2, "", version=2)
-        self.h.command(R2, mlm.StreamConsume("s", "", "m1", "g"))
-        self.writer()
-        journal.hold_for_replica(True)
-        self.append("k1", "a", "b")  # one operation: one batch
-        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
-        live = [mlm.decode(frames) for frames in self.h.sent.pop(R, [])]
-        self.assertEqual(records(live), [(1, "a"), (2, "b")])
-        self.assertEqual(self.h.sent.get(R2, []), [])
+        journal = self.held_while_read_live(mlm.StreamConsume("s", "", "m1", "g"), "a", "b")
         journal.replica_acked(journal.handed)
         self.assertEqual(records(self.h.take(R2)), [(1, "a"), (2, "b")])
         self.append("k2", "c")
@@ -567,6 +544,27 @@ class ConsumerDurableTests(DurableTestCase):
         journal.withhold("this broker yielded to its pair's partner")
         self.h.settle()
         self.assertEqual(records(self.h.take(R2)), [])
+
+    def held_while_read_live(self, consume: mlm.StreamConsume, *subjects: str) -> Journal:
+        """
+        A live reader (R) and C{consume} (R2) on stream C{s}; the journal
+        holds each batch for a pair's partner; C{subjects} appended (one
+        batch): R has them, R2 nothing. The journal.
+        """
+        journal = self.h.journal
+        assert journal is not None
+        self.h.open(R, "local", version=2)
+        self.h.command(R, mlm.StreamRead("s", ""))
+        self.h.open(R2, "", version=2)
+        self.h.command(R2, consume)
+        self.writer()
+        journal.hold_for_replica(True)
+        self.append("k1", *subjects)  # one operation: one batch
+        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
+        live = [mlm.decode(frames) for frames in self.h.sent.pop(R, [])]
+        self.assertEqual(records(live), list(enumerate(subjects, 1)))
+        self.assertEqual(self.h.sent.get(R2, []), [])
+        return journal
 
     def append(self, key: str, *subjects: str) -> None:
         """An idempotent append of C{subjects} by the writer: one journal operation."""

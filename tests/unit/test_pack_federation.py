@@ -772,12 +772,11 @@ class ForwardFailureTests(SynchronousTestCase):
         harness.clock.run_thread_calls(lambda: bool(read))
         return [r.subject for r in read[0]]
 
-    def test_notWrittenAskedForAgain(self) -> None:
+    def forwards_failed(self) -> tuple[Network, Path]:
         """
-        B's disk is full when A replays its records to a reader on B: B's
-        writes of them fail, so B takes them back (its mark for A returns)
-        and, a second later, with space freed, asks A again: B's copy holds
-        each once, in order. Before, B skipped them for good.
+        A writes five records; B's disk (a small tmpfs) is full when A
+        replays them to a reader on B, so B's writes of them fail. The
+        network and the file that fills B's disk.
         """
         mount = Path(self.mktemp()).resolve()
         mount_tmpfs(self, mount, "2m")
@@ -796,9 +795,35 @@ class ForwardFailureTests(SynchronousTestCase):
         b.send(R, mlm.StreamReadFrom("s", "", mlm.EARLIEST, 0))
         net.run()
         self.assertGreaterEqual(net.packs["b"].counters.forwards_failed, 1)
+        return net, filler
+
+    def test_notWrittenAskedForAgain(self) -> None:
+        """
+        B's disk is full when A replays its records to a reader on B: B's
+        writes of them fail, so B takes them back (its mark for A returns)
+        and, a second later, with space freed, asks A again: B's copy holds
+        each once, in order. Before, B skipped them for good.
+        """
+        net, filler = self.forwards_failed()
+        b = net.harnesses["b"]
         self.assertEqual(self.copy(b), [])
         filler.unlink()
         b.clock.advance(REWIND_DELAY)
+        net.run()
+        self.assertEqual(self.copy(b), [f"m{n}" for n in range(5)])
+
+    def test_notWrittenAskedForAgainAfterReconnection(self) -> None:
+        """
+        As above, but A and B lose each other before B asks again: when
+        they meet again B asks A from the first record it could not write,
+        not from after its mark, and its copy holds each once, in order
+        (found by the soak: those records were never asked for again).
+        """
+        net, filler = self.forwards_failed()
+        b = net.harnesses["b"]
+        net.part("a", "b")
+        filler.unlink()
+        net.join("a", "b")
         net.run()
         self.assertEqual(self.copy(b), [f"m{n}" for n in range(5)])
 

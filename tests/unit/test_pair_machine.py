@@ -67,6 +67,15 @@ def beat(
     return hear(receiver, sender.state, sender.role, now, in_sync)
 
 
+def restarted_partner_heard(role: Role, partner_newer: bool = False) -> Transition:
+    """What an ACTIVE machine of C{role} does on its restarted partner's first heartbeat."""
+    machine = machine_in(State.ACTIVE, role)
+    machine.heard(0.5)
+    return machine.handle(
+        Event.PEER_STARTING, 0.5, peer_role=other(role), partner_newer=partner_newer
+    )
+
+
 def machine_in(state: State, role: Role, now: float = 0.0) -> PairMachine:
     """
     A machine of C{role} brought to C{state} at C{now} by the events that
@@ -242,18 +251,11 @@ class StartingRowTests(SynchronousTestCase):
         restarted partner finds it still ACTIVE.
         """
         for role in Role:
-            machine = machine_in(State.ACTIVE, role)
-            machine.heard(0.5)
             self.assertEqual(
-                machine.handle(Event.PEER_STARTING, 0.5, peer_role=other(role), partner_newer=True),
+                restarted_partner_heard(role, partner_newer=True),
                 Transition(State.PASSIVE, (A.BECOME_PASSIVE,)),
             )
-            machine = machine_in(State.ACTIVE, role)
-            machine.heard(0.5)
-            self.assertEqual(
-                machine.handle(Event.PEER_STARTING, 0.5, peer_role=other(role)),
-                Transition(State.ACTIVE, ()),
-            )
+            self.assertEqual(restarted_partner_heard(role), Transition(State.ACTIVE, ()))
 
     def test_peerActive(self) -> None:
         """A starting broker of either role that hears an ACTIVE partner goes PASSIVE."""
