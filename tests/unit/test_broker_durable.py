@@ -539,8 +539,7 @@ class ConsumerDurableTests(DurableTestCase):
         journal = self.held_while_read_live(mlm.StreamConsume("s", "", "m1", "g"), "a", "b")
         journal.replica_acked(journal.handed)
         self.assertEqual(records(self.h.take(R2)), [(1, "a"), (2, "b")])
-        self.append("k2", "c")
-        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 2)
+        self.append_reported("k2", "c")
         journal.withhold("this broker yielded to its pair's partner")
         self.h.settle()
         self.assertEqual(records(self.h.take(R2)), [])
@@ -558,13 +557,21 @@ class ConsumerDurableTests(DurableTestCase):
         self.h.open(R2, "", version=2)
         self.h.command(R2, consume)
         self.writer()
+        self.h.settle()  # every batch so far reported (the consumer's position's)
         journal.hold_for_replica(True)
-        self.append("k1", *subjects)  # one operation: one batch
-        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) == 1)
+        self.append_reported("k1", *subjects)
         live = [mlm.decode(frames) for frames in self.h.sent.pop(R, [])]
         self.assertEqual(records(live), list(enumerate(subjects, 1)))
         self.assertEqual(self.h.sent.get(R2, []), [])
         return journal
+
+    def append_reported(self, key: str, *subjects: str) -> None:
+        """L{append}, and wait until the journal's writer reported its batch."""
+        journal = self.h.journal
+        assert journal is not None
+        reported = len(journal.commit_latencies)
+        self.append(key, *subjects)  # one operation: one batch
+        self.h.clock.run_thread_calls(lambda: len(journal.commit_latencies) > reported)
 
     def append(self, key: str, *subjects: str) -> None:
         """An idempotent append of C{subjects} by the writer: one journal operation."""
