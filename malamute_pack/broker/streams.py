@@ -328,10 +328,16 @@ class Streams:
         name = record.stream
         seq = record.seq
         delivered = 0
+        journaled = self._store is not None
         for reader in readers:
             if reader is writer or (reader.behind and name in reader.behind):
                 continue
-            if self._store is not None and _durable_reader(reader, name):
+            # (Most readers are plain clients: the cheap fields first.)
+            if (
+                journaled
+                and (reader.remote or reader.durable or reader.consuming)
+                and _durable_reader(reader, name)
+            ):
                 # A peer broker, a consumer: from the journal once durable (see the module).
                 reader.behind[name] = seq
                 self._awaiting.setdefault(name, set()).add(reader)

@@ -67,13 +67,14 @@ def beat(
     return hear(receiver, sender.state, sender.role, now, in_sync)
 
 
-def restarted_partner_heard(role: Role, partner_newer: bool = False) -> Transition:
-    """What an ACTIVE machine of C{role} does on its restarted partner's first heartbeat."""
-    machine = machine_in(State.ACTIVE, role)
+def peer_starting_heard(state: State, role: Role, **guards: bool) -> Transition:
+    """
+    What a machine of C{role} in C{state} does on the first heartbeat of
+    its partner, starting (C{guards}: leads, partner_newer...).
+    """
+    machine = machine_in(state, role)
     machine.heard(0.5)
-    return machine.handle(
-        Event.PEER_STARTING, 0.5, peer_role=other(role), partner_newer=partner_newer
-    )
+    return machine.handle(Event.PEER_STARTING, 0.5, peer_role=other(role), **guards)
 
 
 def machine_in(state: State, role: Role, now: float = 0.0) -> PairMachine:
@@ -202,24 +203,15 @@ class StartingRowTests(SynchronousTestCase):
         took over from the other's history serves, whatever its role; the
         primary, whose history is the older, waits.
         """
-        primary = machine_in(State.STARTING, P)
-        primary.heard(0.5)
+        both = {"leads": True, "peer_leads": True}
         self.assertEqual(
-            primary.handle(
-                Event.PEER_STARTING, 0.5, peer_role=B, leads=True, peer_leads=True,
-                partner_newer=True,
-            ),
+            peer_starting_heard(State.STARTING, P, partner_newer=True, **both),
             Transition(State.STARTING, ()),
-        )  # fmt: skip
-        backup = machine_in(State.STARTING, B)
-        backup.heard(0.5)
+        )
         self.assertEqual(
-            backup.handle(
-                Event.PEER_STARTING, 0.5, peer_role=P, leads=True, peer_leads=True,
-                partner_older=True,
-            ),
+            peer_starting_heard(State.STARTING, B, partner_older=True, **both),
             Transition(State.ACTIVE, (A.BECOME_ACTIVE,)),
-        )  # fmt: skip
+        )
 
     def test_startingNewerHistoryServes(self) -> None:
         """
@@ -229,16 +221,12 @@ class StartingRowTests(SynchronousTestCase):
         silent, after acknowledging records alone), and the other waits,
         even if it is the primary.
         """
-        primary = machine_in(State.STARTING, P)
-        primary.heard(0.5)
         self.assertEqual(
-            primary.handle(Event.PEER_STARTING, 0.5, peer_role=B, partner_newer=True),
+            peer_starting_heard(State.STARTING, P, partner_newer=True),
             Transition(State.STARTING, ()),
         )
-        backup = machine_in(State.STARTING, B)
-        backup.heard(0.5)
         self.assertEqual(
-            backup.handle(Event.PEER_STARTING, 0.5, peer_role=P, partner_older=True),
+            peer_starting_heard(State.STARTING, B, partner_older=True),
             Transition(State.ACTIVE, (A.BECOME_ACTIVE,)),
         )
 
@@ -252,10 +240,10 @@ class StartingRowTests(SynchronousTestCase):
         """
         for role in Role:
             self.assertEqual(
-                restarted_partner_heard(role, partner_newer=True),
+                peer_starting_heard(State.ACTIVE, role, partner_newer=True),
                 Transition(State.PASSIVE, (A.BECOME_PASSIVE,)),
             )
-            self.assertEqual(restarted_partner_heard(role), Transition(State.ACTIVE, ()))
+            self.assertEqual(peer_starting_heard(State.ACTIVE, role), Transition(State.ACTIVE, ()))
 
     def test_peerActive(self) -> None:
         """A starting broker of either role that hears an ACTIVE partner goes PASSIVE."""
