@@ -53,7 +53,8 @@ active serves it). Every operation names its store in its C{value}.
   is certain. In a pack a group is at least once across changes of its
   home (docs/pack.md): records acknowledged again, or delivered again
   after they were acknowledged, are counted (L{AGAIN}, L{REDELIVERED}) in
-  the summary, not violations.
+  the summary, not violations, and a record delivered again so is not
+  checked for order (it was processed already).
 - Whatever is served (delivered or read back) has the body that was
   written for its id and subject (C{damaged-served}), never excused.
 - No process's resident memory passes its limit (C{memory}).
@@ -763,8 +764,11 @@ class _Check:
                 )
             acked = [a for a in acks.get((stream, group, rid), []) if a[0] < event.time]
             if acked and not self.rules.groups_exactly_once:
+                # Processed already (at least once across homes): a repeat,
+                # whose order among first deliveries is not checked.
                 self.kinds[REDELIVERED] += 1
-            elif acked:
+                continue
+            if acked:
                 # (Its order is not checked: being sent again at all is the violation.)
                 when, by, op = min(acked)
                 self.violation(

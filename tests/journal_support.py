@@ -21,6 +21,7 @@ from malamute_pack.journal.writer import (
     BatchOutcome,
     JournalWriter,
     PruneOutcome,
+    Resume,
     Stop,
     WriteOp,
 )
@@ -46,11 +47,17 @@ class WriterCase(TestCase):
             self.path,
             self.config,
             cast(IReactorFromThreads, reactor).callFromThread,
-            self.batches.append,
+            self.reported,
             self.prunes.append,
         )
         self.writer.start()
         self.stopped: Deferred[None] | None = None
+
+    def reported(self, outcome: BatchOutcome) -> None:
+        """A batch's outcome, heard as the journal hears it: a failure lets the writer go on."""
+        self.batches.append(outcome)
+        if outcome.error is not None:
+            self.writer.submit(Resume())
 
     def stop(self) -> Deferred[None]:
         """Stop the writer (once)."""

@@ -41,6 +41,7 @@ from malamute_pack.journal.writer import (
     BatchOutcome,
     JournalWriter,
     QueuedStore,
+    Resume,
     StreamAppend,
     WriteOp,
 )
@@ -204,9 +205,16 @@ class HandOver:
     # Reports from the writer thread, run in the reactor thread.
 
     def _write_failed(self, stream_last: Mapping[str, int]) -> None:
-        """The writer failed a batch (its records are not on the disk)."""
-        for watcher in self.failure_watchers:
-            watcher(stream_last)
+        """
+        The writer failed a batch (its records are not on the disk): what
+        was queued before now fails too, unwritten (L{Resume}), and what
+        comes from now on is written again.
+        """
+        if self.writer is not None:
+            self.direct(self.writer, Resume())
+        if stream_last:
+            for watcher in self.failure_watchers:
+                watcher(stream_last)
 
     def finish(self, outcome: BatchOutcome) -> None:
         """A batch is done (and, in a pair, on the partner's disk too)."""

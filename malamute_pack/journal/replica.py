@@ -128,7 +128,7 @@ class ReplicaHold:
         self._reported += outcome.operations
         if self._shipped:
             self._reported_shipped(start, outcome.error is not None)
-        if outcome.error is not None and outcome.stream_last and self._write_failed is not None:
+        if outcome.error is not None and self._write_failed is not None:
             self._write_failed(outcome.stream_last)
         handed_at = self._handed_at
         if handed_at:

@@ -18,7 +18,12 @@ before it reports the batch, as for its own.
 
 A batch that fails is rolled back. If the storage failed (a full disk, an
 I/O error: :func:`~malamute_pack.journal.errors.storage_failure`) the whole
-batch fails and is reported; the thread keeps going with the next one.
+batch fails and is reported; so does every write handed over before the
+reactor heard of it (up to the L{Resume} the reactor then hands over),
+unwritten: a write queued behind a failed one never lands before the
+failed one's retry (a peer broker's forwarded records would otherwise be
+stored out of their origin's order, and a group would deliver them so).
+The thread keeps going with what comes after the L{Resume}.
 Otherwise one of its records is to blame (text SQLite cannot take, a
 constraint), and the batch is written again with each chunk of rows in a
 savepoint, and each row of a chunk that fails in a savepoint of its own:
@@ -443,6 +448,15 @@ class Execute:
 
 
 @dataclass(slots=True)
+class Resume:
+    """
+    The reactor heard that a batch failed: the writes handed over after
+    this one are written again (those before it fail unwritten, as the
+    failed batch did).
+    """
+
+
+@dataclass(slots=True)
 class Stop:
     """Write everything queued before this, close the connection, call ``done``."""
 
@@ -476,7 +490,7 @@ class LastValuesMark:
     done: Callable[[], None]
 
 
-Control: TypeAlias = Prune | Barrier | Execute | LastValuesMark | Stop
+Control: TypeAlias = Prune | Barrier | Execute | LastValuesMark | Resume | Stop
 Operation: TypeAlias = WriteOp | Control
 # What the writer's queue carries: one operation, or a reactor turn's writes.
 Submission: TypeAlias = Operation | list[WriteOp]
@@ -613,6 +627,9 @@ class JournalWriter:
         self._wake_at = _NEVER
         # Write operations the last batch had no room for.
         self._backlog: list[WriteOp] = []
+        # The error of a batch that failed, until the reactor's L{Resume}:
+        # what is handed over meanwhile fails with it, unwritten.
+        self._unheard: JournalError | None = None
         self._stream_level = SYNCHRONOUS_LEVELS.index(config.stream_synchronous)
         # Rows per INSERT: a full batch's in one statement (L{insert_all}).
         self._stream_chunk = rows_per_insert(conn, INSERT_STREAM, config.commit_max_batch)
@@ -681,7 +698,7 @@ class JournalWriter:
         if isinstance(item, list):
             self._taken += len(item)
             return item
-        if isinstance(item, Prune | Barrier | Execute | LastValuesMark | Stop):
+        if isinstance(item, Prune | Barrier | Execute | LastValuesMark | Resume | Stop):
             return item
         return [item]
 
@@ -729,6 +746,11 @@ class JournalWriter:
             control: Control | None = None
             if not isinstance(item, list):
                 control = self._control_in_hand = item
+            elif self._unheard is not None:
+                # Handed over before the reactor heard that a batch failed.
+                self._in_hand = item
+                self._call_from_thread(self._on_batch, self._failed_after(item, self._unheard))
+                self._in_hand = None
             else:
                 self._in_hand = item
                 # The reactor's list: its shipper reads it too.
@@ -757,7 +779,10 @@ class JournalWriter:
                     # The rest starts the next batch, before anything newer.
                     self._backlog = batch[max_batch:]
                     del batch[max_batch:]
-                self._call_from_thread(self._on_batch, self._write(batch))
+                outcome = self._write(batch)
+                if outcome.error is not None:
+                    self._unheard = outcome.error
+                self._call_from_thread(self._on_batch, outcome)
                 self._in_hand = None
             if control is not None:
                 stop = self._control(control)
@@ -842,6 +867,8 @@ class JournalWriter:
         elif isinstance(item, Prune):
             error = JournalError.wrap(cause, self._path, "pruning streams")
             call(item.done, PruneOutcome(0, {}, finished=True, error=error))
+        elif isinstance(item, Resume):
+            pass
         else:
             with self._logged("closing its connection"):
                 self._conn.close()
@@ -884,6 +911,9 @@ class JournalWriter:
         if isinstance(op, LastValuesMark):
             self.last_values.captures.append(op.capture)
             self._call_from_thread(op.done)
+            return False
+        if isinstance(op, Resume):
+            self._unheard = None
             return False
         inserts, self._inserts = self._inserts, None
         if inserts is not None:
@@ -1358,8 +1388,29 @@ class JournalWriter:
         """The error for letter ``rid``, which cannot be written because of ``exc``."""
         return JournalError.refused(exc, self._path, f"letter {rid} for {kind} {address!r}")
 
-    def _failed(self, batch: list[WriteOp], exc: Exception) -> BatchOutcome:
-        """The outcome of a batch that ``exc`` stopped: every record in it failed."""
+    def _failed_after(self, batch: list[WriteOp], first: JournalError) -> BatchOutcome:
+        """
+        The outcome of ``batch``, handed over before the reactor heard that
+        a batch failed with ``first``: not written, it fails as that one did.
+        """
+        records = sum(1 for op in batch if type(op) in (tuple, QueuedStore, StreamAppend))
+        error = JournalError(
+            f"journal {self._path}: a batch of {records} records was not written: it came"
+            f" after one that failed ({first}), and is failed too so that nothing is"
+            " written out of order",
+            sqlite_error=first.sqlite_error,
+            disk_full=first.disk_full,
+        )
+        error.reason = first.reason
+        return self._failed(batch, error, error)
+
+    def _failed(
+        self, batch: list[WriteOp], exc: Exception, error: JournalError | None = None
+    ) -> BatchOutcome:
+        """
+        The outcome of a batch that ``exc`` stopped: every record in it
+        failed (with ``error``, else ``exc`` wrapped).
+        """
         stream_last: dict[str, int] = {}
         callbacks: list[DurableCallback] = []
         for op in batch:
@@ -1379,7 +1430,8 @@ class JournalWriter:
         for stream, last in stream_last.items():
             self._unsaved_stream_last[stream] = max(last, self._unsaved_stream_last.get(stream, 0))
         records = sum(1 for op in batch if type(op) in (tuple, QueuedStore, StreamAppend))
-        error = JournalError.wrap(exc, self._path, f"writing a batch of {records} records")
+        if error is None:
+            error = JournalError.wrap(exc, self._path, f"writing a batch of {records} records")
         return BatchOutcome(len(batch), 0, 0, stream_last, callbacks, error)
 
     def _rollback(self) -> None:

@@ -43,6 +43,7 @@ def pack_section(service: PackService, settings: PackSettings) -> dict[str, Any]
                 "endpoint": getattr(node_peer, "endpoint", None),
                 "streams": len(peer.connection.reading),
                 "addresses": len(peer.addresses),
+                "counters": dataclasses.asdict(peer.counters),
             }
         )
     refused: dict[str, int] = {}

@@ -287,6 +287,9 @@ class Pack:
         interests = self._broker.interests
         for stream, pattern in interests.readings():
             send(packlink.encode(self._interest(member, stream, pattern)))
+        for stream, origin in list(self._missing):
+            if origin == member.origin:  # asked for above: asked again until they come
+                member.rewind(stream, self._patterns(stream))
         for address in interests.addresses():
             send(packlink.encode(packlink.Address(address, 1)))
         for service, pattern, workers in interests.offers():
@@ -325,11 +328,16 @@ class Pack:
         when they come though the mark is past them.
         """
         self.counters.forwards_failed += len(origin_seqs)
+        # Noted whether or not the origin is here: asked for when it is.
+        self._missing.setdefault((stream, origin), set()).update(origin_seqs)
         member = self.by_origin.get(origin)
         if member is None:
             return
-        patterns = [p for s, p in self._broker.interests.readings() if s == stream]
-        member.rewind(stream, origin_seqs, patterns)
+        member.rewind(stream, self._patterns(stream))
+
+    def _patterns(self, stream: str) -> list[str]:
+        """The patterns this broker's readers read C{stream} with."""
+        return [p for s, p in self._broker.interests.readings() if s == stream]
 
     # Owners of addresses
 

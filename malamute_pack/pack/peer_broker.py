@@ -39,8 +39,13 @@ _log = Logger()
 RECENT_RELAYS = 100_000
 
 # Seconds before a peer is asked again for records not written here (a
-# full disk seldom clears at once: one ask a second at most).
+# full disk seldom clears at once: one ask a second at most); asked again
+# as long as none of them comes, each time twice as long after.
 REWIND_DELAY = 1.0
+# Asks after which records that never come are taken as gone from their
+# origin (its retention removed them meanwhile): the next it sends again
+# is taken, and what was missing is counted lost.
+MAX_ASKS = 5
 # Per (stream, origin): what the peer forwarded that was not written here,
 # below the mark (asked for again, taken when it comes).
 Missing = dict[tuple[str, str], set[int]]
@@ -127,6 +132,11 @@ class PeerCounters:
 
     forwarded_in: int = 0
     duplicates: int = 0
+    # Forwarded while earlier records of their origin were missing here:
+    # dropped, and taken in order when the origin sends them again.
+    deferred: int = 0
+    # Records missing here that their origin never sent again.
+    never_sent_again: int = 0
     letters_in: int = 0
     letters_repeated: int = 0
     refused: int = 0
@@ -182,6 +192,13 @@ class PeerBroker:
         # after a reconnection asks for them too (L{Federation._interest}).
         self.missing: Missing = {} if missing is None else missing
         self._asking: dict[str, IDelayedCall] = {}
+        # Per stream asked for again: (asks without one of them coming,
+        # how many were missing at the last ask).
+        self._asks: dict[str, tuple[int, int]] = {}
+        # Streams whose peer is sending again what was missing (one of
+        # them came, or it was asked too often): the first record past the
+        # mark ends the missing (what it did not send is gone there).
+        self._resending: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<PeerBroker {self.name} {self.origin}>"
@@ -228,28 +245,42 @@ class PeerBroker:
             self._drop_mailbox(address)
             self._on_addresses(address)
 
-    def rewind(self, stream: str, origin_seqs: list[int], patterns: list[str]) -> None:
+    def rewind(self, stream: str, patterns: list[str]) -> None:
         """
-        The records C{origin_seqs} the peer forwarded on C{stream} were not
-        written here: they are taken when they come again (though below the
-        mark), and the peer is asked, after L{REWIND_DELAY}, to send again
-        from the first of them, for each of C{patterns}.
+        Records the peer forwarded on C{stream} were not written here (the
+        pack noted them L{missing}): they are taken when they come again
+        (though below the mark), and the peer is asked, after
+        L{REWIND_DELAY}, to send again from the first of them, for each of
+        C{patterns}. Until they come, what it forwards after them is not
+        taken (it comes again after them): the copy here keeps its
+        origin's order, which a group's members see.
         """
-        if not origin_seqs or not patterns:
+        if not patterns:
             return
-        self.missing.setdefault((stream, self.origin), set()).update(origin_seqs)
+        self._resending.discard(stream)
+        self._asks.pop(stream, None)
         if stream not in self._asking:
-            self._asking[stream] = self._clock.callLater(REWIND_DELAY, self._ask, stream, patterns)
+            self._asking[stream] = self._clock.callLater(
+                REWIND_DELAY, self._ask, stream, patterns, REWIND_DELAY
+            )
 
-    def _ask(self, stream: str, patterns: list[str]) -> None:
+    def _ask(self, stream: str, patterns: list[str], delay: float) -> None:
         del self._asking[stream]
         missing = self.missing.get((stream, self.origin))
         if not missing:
+            self._asks.pop(stream, None)
             return
+        asks, before = self._asks.get(stream, (0, 0))
+        asks = asks + 1 if len(missing) >= before else 1
+        self._asks[stream] = (asks, len(missing))
+        if asks > MAX_ASKS:
+            self._resending.add(stream)  # its next record past the mark ends it
         first = min(missing)
         for pattern in patterns:
             interest = packlink.Interest(stream, pattern, packlink.SEQUENCE, first, 1)
             self.outbox.send(packlink.encode(interest))
+        delay = min(delay * 2, 60.0)
+        self._asking[stream] = self._clock.callLater(delay, self._ask, stream, patterns, delay)
 
     # Input
 
@@ -387,14 +418,23 @@ class PeerBroker:
         broker = self._broker
         check_name("stream name", message.stream, broker.limits.max_address)
         key = (message.stream, self.origin)
+        missing = self.missing.get(key)
         if message.origin_seq <= self._marks.get(key, 0):
-            missing = self.missing.get(key)
             if not missing or message.origin_seq not in missing:
                 self.counters.duplicates += 1
                 return
             missing.discard(message.origin_seq)  # not written before: taken now
+            self._resending.add(message.stream)
             if not missing:
-                del self.missing[key]
+                self._found(message.stream)
+        elif missing:
+            if message.stream not in self._resending or not message.history:
+                # Sent before what is missing came again: it comes after it.
+                self.counters.deferred += 1
+                return
+            # Sent again past what is missing: the rest is gone there.
+            self._never_sent_again(message.stream, missing)
+            self._marks[key] = message.origin_seq
         else:
             self._marks[key] = message.origin_seq
         self.counters.forwarded_in += 1
@@ -411,6 +451,27 @@ class PeerBroker:
         broker.streams.write_forwarded(
             self.connection, message.stream, record, bool(message.history)
         )
+
+    def _found(self, stream: str) -> None:
+        """Nothing of C{stream} is missing any more: forwards are taken as they come."""
+        del self.missing[(stream, self.origin)]
+        self._resending.discard(stream)
+        self._asks.pop(stream, None)
+        call = self._asking.pop(stream, None)
+        if call is not None:
+            call.cancel()
+
+    def _never_sent_again(self, stream: str, missing: set[int]) -> None:
+        self.counters.never_sent_again += len(missing)
+        _log.warn(
+            "{peer}: {count} records of stream {stream} (from {first}) were not written here"
+            " and it does not have them any more: lost here",
+            peer=self,
+            count=len(missing),
+            stream=stream,
+            first=min(missing),
+        )
+        self._found(stream)
 
     def _letter(self, message: packlink.LinkMessage) -> None:
         assert isinstance(message, packlink.Letter)

@@ -1,13 +1,16 @@
 """
 Tests for L{malamute_pack.journal} on a full disk: a journal on a small
 tmpfs whose space runs out reports SQLITE_FULL as a JournalError to
-on_durable and on_error, loses nothing it had acknowledged, and writes again
-once space is freed.
+on_durable and on_error, loses nothing it had acknowledged, writes nothing
+handed over before the reactor heard of a failure, and writes again once
+space is freed.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import TestCase
@@ -75,3 +78,55 @@ class DiskFullTests(TestCase):
         self.assertEqual([r.subject for r in recovered.queued], ["before", "after"])
         self.assertEqual(recovered.streams, {"s": (2, 2)})
         self.assertEqual(journal.append_stream("s", "a", "b", [], 3.0), 3)
+
+    @inlineCallbacks
+    def test_writesBeforeTheFailureWasHeardFail(self) -> Inline:
+        """
+        A batch fails on the full disk; space frees, and a second batch is
+        handed over before the reactor has heard of the failure: it fails
+        too, unwritten, with the first one's reason (written, it would
+        land before the first one's retry: out of order). What is handed
+        over once the reactor heard is written.
+        """
+        path = self.mount / "journal.db"
+        journal, _ = open_journal(self, path)
+        errors: list[JournalError] = []
+        journal.on_error = errors.append
+        writer = journal._hand.writer
+        assert writer is not None
+        reported = threading.Event()
+        call_from_thread = writer._call_from_thread
+
+        def report(f: Any, *args: Any) -> None:
+            call_from_thread(f, *args)
+            reported.set()
+
+        writer._call_from_thread = report
+        filler = self.mount / "filler"
+        fill_disk(filler)
+        acks: list[JournalError | None] = []
+        journal.store_queued("mailbox", "m", "a", "first", "t", None, [b"y" * 65536], acks.append)
+        journal._hand.hand_over()
+        # The writer reported the failure; the reactor (this thread) has not run it.
+        self.assertTrue(reported.wait(30))
+        filler.unlink()
+        journal.append_stream("s", "a", "b", [b"x"], 1.0)
+        journal.store_queued("mailbox", "m", "a", "second", "t", None, [b"ok"], acks.append)
+        journal._hand.hand_over()
+        yield journal.flush()
+        self.assertEqual(len(acks), 2)
+        first, second = acks
+        assert isinstance(first, JournalError) and isinstance(second, JournalError)
+        self.assertTrue(first.disk_full)
+        self.assertTrue(second.disk_full)
+        self.assertIn("came after one that failed", str(second))
+        self.assertEqual(second.reason, first.reason)
+        self.assertEqual(len(errors), 2)
+        self.assertEqual((yield journal.read_stream("s", 1, 10)), [])
+
+        journal.append_stream("s", "a", "b", [b"x"], 2.0)
+        journal.store_queued("mailbox", "m", "a", "third", "t", None, [b"ok"], acks.append)
+        yield journal.flush()
+        self.assertEqual(acks[2:], [None])
+        self.assertEqual(seqs((yield journal.read_stream("s", 1, 10))), [2])
+        yield journal.close()

@@ -21,7 +21,7 @@ from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import BrokerConfig
 from malamute_pack.journal import JournalConfig
 from malamute_pack.pack.federation import HEADER_PROTOCOL, PROTOCOL, Pack
-from malamute_pack.pack.peer_broker import REWIND_DELAY
+from malamute_pack.pack.peer_broker import MAX_ASKS, REWIND_DELAY
 from malamute_pack.protocol import mlm, packlink
 from malamute_pack.protocol.records import StreamRecord
 from tests.broker_support import BrokerHarness
@@ -826,6 +826,68 @@ class ForwardFailureTests(SynchronousTestCase):
         net.join("a", "b")
         net.run()
         self.assertEqual(self.copy(b), [f"m{n}" for n in range(5)])
+
+    def test_laterRecordsWaitForTheMissing(self) -> None:
+        """
+        B could not write A's first five records; the disk frees and A
+        writes two more before B asks again: B does not take them before
+        the first five (it would store A's records out of A's order, and a
+        group would deliver them so: found by the soak); its copy holds
+        all seven, in A's order, once B has asked again.
+        """
+        net, filler = self.forwards_failed()
+        a, b = net.harnesses["a"], net.harnesses["b"]
+        filler.unlink()
+        for n in (5, 6):
+            a.send(W, mlm.StreamSend(f"m{n}", [b"x"]))
+        net.run()
+        self.assertEqual(self.copy(b), [])
+        self.assertEqual(net.packs["b"].peers[net.peers["a"].uuid].counters.deferred, 2)
+        b.clock.advance(REWIND_DELAY)
+        net.run()
+        self.assertEqual(self.copy(b), [f"m{n}" for n in range(7)])
+
+    def test_askedUntilTheyCome(self) -> None:
+        """
+        B's disk stays full when it first asks A again: it asks again
+        later (twice as long after each time), and takes the records once
+        the disk frees, in order.
+        """
+        net, filler = self.forwards_failed()
+        b = net.harnesses["b"]
+        b.clock.advance(REWIND_DELAY)
+        net.run()
+        self.assertEqual(self.copy(b), [])
+        filler.unlink()
+        b.clock.advance(2 * REWIND_DELAY)
+        net.run()
+        self.assertEqual(self.copy(b), [f"m{n}" for n in range(5)])
+
+    def test_goneAtTheOriginTakenAsLost(self) -> None:
+        """
+        A no longer has the records B could not write (an operator deleted
+        its stream) and writes another: once B has asked A again
+        L{MAX_ASKS} times with none of them coming, it takes what A sends
+        again past them, and counts them lost, rather than waiting forever.
+        """
+        net, filler = self.forwards_failed()
+        a, b = net.harnesses["a"], net.harnesses["b"]
+        filler.unlink()
+        assert a.journal is not None
+        a.journal.delete_stream("s")
+        a.send(W, mlm.StreamSend("m5", [b"x"]))
+        net.run()
+        delay = REWIND_DELAY
+        for _ in range(MAX_ASKS):
+            b.clock.advance(delay)
+            net.run()
+            delay *= 2
+            self.assertEqual(self.copy(b), [])
+        b.clock.advance(delay)
+        net.run()
+        self.assertEqual(self.copy(b), ["m5"])
+        counters = net.packs["b"].peers[net.peers["a"].uuid].counters
+        self.assertEqual(counters.never_sent_again, 5)
 
 
 class FirstMeetingTests(SynchronousTestCase):

@@ -614,6 +614,38 @@ class ViolationTests(SynchronousTestCase):
         h.append(2, 3, count=1, store="h1")
         self.assertOne(run(h, pack), "group-missed")
 
+    def test_packGroupRedeliveryOrderNotChecked(self) -> None:
+        """
+        In a pack, a record another member acknowledged, delivered again
+        to a member after a later record of its subject (a new home resumed
+        from before it), is counted as redelivered, not out of order; a
+        record of the subject no member had acknowledged, delivered so,
+        is out of order all the same.
+        """
+        pack = Rules({"h1": ALONE, "h2": ALONE}, {"broker": 512 * MIB}, False, False)
+        h = History()
+        h.append(1, 1, store="h1")
+        h.append(2, 3, store="h1")
+        h.member("m2", rid(1, 0), 1)
+        h.member("m1", rid(2, 0), 3)
+        h.member("m1", rid(1, 0), 1)
+        h.member("m1", rid(1, 1), 2)
+        h.member("m1", rid(2, 1), 4)
+        rows = [h.row(rid(n, j), 2 * n + j - 1) for n in (1, 2) for j in (0, 1)]
+        h.final(rows, store="h1")
+        result = run(h, pack)
+        self.assertEqual([v.text for v in result.violations], [])
+        self.assertEqual(result.counts[REDELIVERED], 1)
+        h = History()
+        h.append(1, 1, store="h1")
+        h.append(2, 3, store="h1")
+        h.member("m1", rid(2, 0), 3)
+        late = h.member("m1", rid(1, 0), 1)
+        h.member("m1", rid(1, 1), 2)
+        h.member("m1", rid(2, 1), 4)
+        h.final(rows, store="h1")
+        self.assertOne(run(h, pack), "group-order", late)
+
     def test_consumerOfAStoreStartedAfresh(self) -> None:
         """
         A consumer of a broker alone that was started afresh is a new
