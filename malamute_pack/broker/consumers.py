@@ -333,7 +333,12 @@ class Consumers:
             return
         key = (stream, READER, name)
         known = self._positions.get(key)
-        seq = max(min(wanted, store.last_seq(stream)), known.seq if known is not None else 0)
+        # Clamped to what this connection was sent: a commit of a number
+        # it never had (sent again after a restart, when the numbers of a
+        # journal started afresh are not the ones it committed) passes over
+        # nothing it was not given (found by the soak).
+        sent = self._streams.sent_through(connection, stream)
+        seq = max(min(wanted, sent), known.seq if known is not None else 0)
         owner = known.owner if known is not None else connection.session.user or ""
         self._save(key, seq, owner, committed_answer(connection, stream, seq))
 

@@ -533,6 +533,17 @@ class Streams:
                 errbackArgs=(connection, name),
             )
 
+    def sent_through(self, connection: Connection, name: str) -> int:
+        """
+        The last record of C{name} that C{connection} (reading it) was
+        sent or passed over (one its patterns do not match): every record
+        before the one it waits for, or, live, the stream's last.
+        """
+        waiting = connection.behind.get(name)
+        if waiting is not None:
+            return waiting - 1
+        return self._store.last_seq(name) if self._store is not None else 0
+
     def _read_last_values(self, connection: Connection, name: str, store: Store) -> None:
         """Put C{connection} behind after the last record of C{name}, its snapshot first."""
         through = store.last_seq(name)

@@ -10,8 +10,8 @@ order they were sent: each answer settles the oldest commit of its stream
 still on the wire.
 
 - OK (200) settles it with the position the broker made durable, which is
-  not always the one asked for: a reader's commit past the stream's last
-  record is clamped to it (and one below its position answers that
+  not always the one asked for: a reader's commit past the last record
+  it was sent is clamped to it (and one below its position answers that
   position). The result is the broker's position, whatever was asked.
 - A refusal (300: not a consumer of the stream, taken over, no longer a
   group's member, a record not delivered to this member, a journal error)

@@ -285,8 +285,8 @@ class ClientCore(ChannelOwner):
         Acknowledge every record of C{stream} up to C{sequence} for the
         consumer this client reads it as; C{settled} gets the position the
         broker made durable (the broker's: lower than C{sequence} for a
-        reader's commit past the stream's last record, which it clamps to
-        that record), or the error: L{MalamuteError} for a refusal,
+        reader's commit past the last record it was sent, which it clamps
+        to that record), or the error: L{MalamuteError} for a refusal,
         L{BrokerUnreachableError} if no answer came within
         C{commit_timeout} seconds (L{malamute_pack.client.commits}).
 

@@ -150,7 +150,7 @@ class ClientFacade(ABC, Generic[CommandResult, StoredResult]):
         Acknowledge every record of C{stream} up to C{sequence} (version 2,
         as a consumer): the result is the position the broker made durable,
         which is the broker's and may be lower than C{sequence} (a reader's
-        commit past the stream's last record is clamped to that record); a
+        commit past the last record it was sent is clamped to that record); a
         refusal raises (or fails with) L{MalamuteError}, no answer within
         C{commit_timeout} seconds L{BrokerUnreachableError}.
         """

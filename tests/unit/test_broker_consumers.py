@@ -115,6 +115,27 @@ class ResumeTests(ConsumerTestCase):
         self.h.send(C1, mlm.ConnectionClose())
         self.assertEqual(seqs(self.consume(C2)), [11])
 
+    def test_commitClampedToWhatItWasSent(self) -> None:
+        """
+        A reader's commit of a record its connection was not sent (one sent
+        again after a restart, numbered by a journal since started afresh)
+        is clamped to the last record it was sent: it passes over nothing
+        it never had, and the records after its position still come (found
+        by the soak: the position jumped to the stream's end).
+        """
+        self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 4))
+        self.h.take(C1)
+        self.h.send(C1, mlm.ConnectionClose())
+        session = InMemorySession("again")
+        self.h.broker.receive(session, mlm.ConnectionOpen(version=2))
+        self.h.broker.receive(session, mlm.StreamConsume("s", "", "c1", "", mlm.RESUME, 0))
+        self.h.broker.receive(session, mlm.StreamCommit("s", 1000))
+        self.h.settle()
+        answers = [said.values for said in session.said if said.what == "committed"]
+        self.assertEqual(answers, [("s", 4, 200, "")])
+        self.assertEqual([r.seq for r in session.records], list(range(5, 11)))
+
     def test_patternFilters(self) -> None:
         """A consumer gets only the records its pattern matches."""
         self.h.open(C1, "", version=2)
@@ -376,6 +397,7 @@ class QuotaTests(ConsumerTestCase):
         """
         session = self.session("keeper", None)
         self.h.broker.receive(session, mlm.StreamConsume("s", "", "keep", ""))
+        self.h.settle()  # it was sent the records it commits
         self.h.broker.receive(session, mlm.StreamCommit("s", 5))
         self.h.settle()
         answers = [self.consume_as("flooder", None, f"flood{n}") for n in range(10)]
