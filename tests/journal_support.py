@@ -1,12 +1,15 @@
 """
 What the journal's writer-thread tests share (``tests/unit/test_journal_isolation.py``,
 ``tests/unit/test_journal_inserts.py``): L{WriterCase}, a L{JournalWriter}
-started alone on a connection the test controls, whose statements it sees.
+started alone on a connection the test controls, whose statements it sees;
+and L{ids_before}, where a journal's letter ids start.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
+from pathlib import Path
 from typing import ClassVar, cast
 
 from twisted.internet import reactor
@@ -15,7 +18,7 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.trial.unittest import TestCase
 
 from malamute_pack.journal.config import JournalConfig
-from malamute_pack.journal.schema import migrate
+from malamute_pack.journal.schema import QUEUED_LAST_ID, migrate
 from malamute_pack.journal.writer import (
     Barrier,
     BatchOutcome,
@@ -76,3 +79,15 @@ class WriterCase(TestCase):
         self.writer.submit(list(ops))
         self.writer.submit(Barrier(lambda: done.callback(None)))
         return done
+
+
+def ids_before(path: Path) -> int:
+    """
+    The last letter id the journal at C{path} has saved: a new journal's
+    first letter gets the next one (its ids start past its creation time).
+    """
+    with closing(sqlite3.connect(path)) as conn:
+        row = conn.execute(
+            "SELECT value FROM journal_counters WHERE name = ?", (QUEUED_LAST_ID,)
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -88,7 +88,7 @@ from malamute_pack.journal.records import QUEUED_KINDS
 from malamute_pack.journal.replica import Shipper
 from malamute_pack.journal.salvage import Salvage
 from malamute_pack.journal.schema import QUEUED_LAST_ID, STREAM_FLOOR
-from malamute_pack.journal.sequencing import Sequencer, merge_tail
+from malamute_pack.journal.sequencing import Ceiling, Sequencer, merge_tail
 from malamute_pack.journal.verify import Found
 from malamute_pack.journal.writer import (
     RAISE_COUNTER,
@@ -985,23 +985,24 @@ class Journal:
         """
         self._sequence.note_counters(lasts, last_id)
 
-    def numbering_ceiling(self) -> int:
-        """The highest stream number or letter id this journal may have given (0 for none)."""
+    def numbering_ceiling(self) -> Ceiling:
+        """The highest stream number and letter id this journal may have given (0 for none)."""
         return self._sequence.ceiling()
 
-    def number_past(self, ceiling: int) -> Deferred[list[Rows]]:
+    def number_past(self, ceiling: Ceiling) -> Deferred[list[Rows]]:
         """
-        Give no stream number nor letter id up to C{ceiling} from now on,
+        Give no stream number nor letter id up to C{ceiling}'s from now on,
         also after a restart (numbers a pair's partner may have given in a
         history this journal does not hold): every stream, and any stream
-        to come, numbers past it. Fires once that is committed.
+        to come, numbers past its stream number, letters past its id. Fires
+        once that is committed.
         """
         self._sequence.number_past(ceiling)
         return self.execute(
             [
-                ("UPDATE streams SET last_seq = max(last_seq, ?)", (ceiling,)),
-                (RAISE_COUNTER, (STREAM_FLOOR, ceiling)),
-                (RAISE_COUNTER, (QUEUED_LAST_ID, ceiling)),
+                ("UPDATE streams SET last_seq = max(last_seq, ?)", (ceiling.streams,)),
+                (RAISE_COUNTER, (STREAM_FLOOR, ceiling.streams)),
+                (RAISE_COUNTER, (QUEUED_LAST_ID, ceiling.letters)),
             ]
         )
 

@@ -24,7 +24,9 @@ Tables:
 - ``queued_messages``: mailbox and service-queue messages until confirmed;
   ``relay_origin`` and ``relay_id`` say which pack peer handed one over
   (its broker id and its own id for it; '' and 0 for the others).
-- ``journal_counters``: named high-water marks (``queued_last_id``; after a
+- ``journal_counters``: named high-water marks (``queued_last_id``, from
+  the journal's creation time in millionths of a second: a journal made
+  afresh gives no letter an id an earlier one gave; after a
   salvage that lost streams' names, ``stream_floor``, where the numbers of
   a stream it does not know start) and the ``running`` flag that tells a crash from a clean close.
 - ``journal_identity``: one row, the journal's identity (a random id made
@@ -253,6 +255,24 @@ def _add_losses(db: Database) -> None:
     )
 
 
+# A journal's letter ids start past its creation time in millionths of a
+# second (below).
+IDS_PER_SECOND: Final = 1_000_000
+
+
+def _ids_past_creation(db: Database) -> None:
+    # So a journal made afresh (its files removed) never gives a letter an
+    # id an earlier journal of the broker gave: a client still connected
+    # drops a letter whose id it had before as a repeat (found by the
+    # soak: a broker started on a new journal lost its new letters so).
+    created = db.execute("SELECT created FROM journal_identity WHERE id = 1").fetchone()[0]
+    db.execute(
+        "INSERT INTO journal_counters (name, value) VALUES (?, ?)"
+        " ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+        (QUEUED_LAST_ID, int(created * IDS_PER_SECOND)),
+    )
+
+
 MIGRATIONS: Final[Sequence[Migration]] = (
     _create_initial_schema,
     _add_identity,
@@ -265,6 +285,7 @@ MIGRATIONS: Final[Sequence[Migration]] = (
     _add_stream_last_values,
     _add_checksums,
     _add_losses,
+    _ids_past_creation,
 )
 
 

@@ -21,13 +21,20 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
-from typing import Final
+from typing import Final, NamedTuple
 
 from malamute_pack.journal.records import row_record, stream_row
 from malamute_pack.protocol.records import StreamRecord, StreamRow
 
 # A stream row's sequence number.
 _SEQ: Final = itemgetter(1)
+
+
+class Ceiling(NamedTuple):
+    """The highest stream number and the highest letter id a journal may have given."""
+
+    streams: int
+    letters: int
 
 
 class Sequencer:
@@ -167,19 +174,20 @@ class Sequencer:
                 self._next_seq[stream] = last + 1
         self._next_id = max(self._next_id, last_id + 1)
 
-    def ceiling(self) -> int:
-        """The highest stream number or letter id this journal may have given (0 for none)."""
-        return max(max(self._next_seq.values(), default=1), self._next_id, self._start) - 1
+    def ceiling(self) -> Ceiling:
+        """The highest stream number and letter id this journal may have given (0 for none)."""
+        streams = max(max(self._next_seq.values(), default=1), self._start) - 1
+        return Ceiling(streams, self._next_id - 1)
 
-    def number_past(self, ceiling: int) -> None:
-        """Give no stream number nor letter id up to C{ceiling} from now on."""
-        above = ceiling + 1
+    def number_past(self, ceiling: Ceiling) -> None:
+        """Give no stream number nor letter id up to C{ceiling}'s from now on."""
+        above = ceiling.streams + 1
         next_seq = self._next_seq
         for stream, following in next_seq.items():
             if following < above:
                 next_seq[stream] = above
         self._start = max(self._start, above)
-        self._next_id = max(self._next_id, above)
+        self._next_id = max(self._next_id, ceiling.letters + 1)
 
     # Following numbers assigned elsewhere (a pair's partner's writes applied here).
 

@@ -64,6 +64,7 @@ from twisted.python.failure import Failure
 from malamute_pack.broker.session import Receiver
 from malamute_pack.datadir import learn_identity, learned_identity, pack_identity
 from malamute_pack.journal.journal import Journal, Recovered
+from malamute_pack.journal.sequencing import Ceiling
 from malamute_pack.pair.check import write_state
 from malamute_pack.pair.config import PairSettings
 from malamute_pack.pair.gate import ClientGate
@@ -192,7 +193,7 @@ class PairService(Service):
         self._same_role = ""  # the incarnation of the same-role broker reported last
         # What the partner's last heartbeat said its damaged journal may have
         # given (0: nothing to number past).
-        self._partner_ceiling = 0
+        self._partner_ceiling = Ceiling(0, 0)
         self._no_takeover_reported = False  # since the partner was last back
         # Its port refused connections while this broker refused its clients (logged once).
         self._gone_while_suspended = False
@@ -386,7 +387,7 @@ class PairService(Service):
                 self._leads,
                 self.previous_epoch,
                 self.shared_identity.hex().upper() if self.shared_identity else "",
-                self._ceiling(),
+                *self._ceiling(),
             )
         )
         if not machine.partner_alive(now):
@@ -394,7 +395,7 @@ class PairService(Service):
         if source is not None and source.holding:
             self._watch_partner(now)
 
-    def _ceiling(self) -> int:
+    def _ceiling(self) -> Ceiling:
         """
         The numbers this broker's journal may have given, while it claims no
         history because it lost records to damage (0 otherwise): the broker
@@ -403,7 +404,7 @@ class PairService(Service):
         found = self._recovered
         if self.source is None and self.replica is None and found is not None and found.losses:
             return self._journal.numbering_ceiling()
-        return 0
+        return Ceiling(0, 0)
 
     def _learn_identity(self, text: str) -> None:
         """The active partner's identity, C{text} (32 hex digits), is the pair's: kept."""
@@ -567,7 +568,7 @@ class PairService(Service):
                     source.drop_link()
             self.machine.observe(now)
             self.machine.heard(now)
-            self._partner_ceiling = message.ceiling
+            self._partner_ceiling = Ceiling(message.ceiling, message.letter_ceiling)
             if message.state == "active" and self.machine.state is not State.ACTIVE:
                 self._learn_identity(message.pack_id)
             if self.source is not None:
@@ -726,17 +727,21 @@ class PairService(Service):
         await journal.execute(set_state({**history.state(self.role.value), COMPLETE: "1"}))
         if self._abandoned():
             return  # the journal service is closing the journal
-        ceiling = self._partner_ceiling
-        if ceiling > journal.numbering_ceiling():
+        ceiling, own = self._partner_ceiling, journal.numbering_ceiling()
+        if ceiling.streams > own.streams or ceiling.letters > own.letters:
             # Found by the soak: the partner served alone, then its journal
             # was damaged and lost what only it had; this one serves its
             # older history, and must not give those numbers again.
             _log.warn(
                 "pair: the partner's journal lost records to damage and may have given"
-                " numbers up to {ceiling}: this broker numbers past them",
-                ceiling=ceiling,
+                " stream numbers up to {streams} and letter ids up to {letters}: this"
+                " broker numbers past them",
+                streams=ceiling.streams,
+                letters=ceiling.letters,
             )
-            await journal.number_past(ceiling)
+            await journal.number_past(
+                Ceiling(max(ceiling.streams, own.streams), max(ceiling.letters, own.letters))
+            )
             if self._abandoned():
                 return
         self._leads = True

@@ -28,9 +28,11 @@ the passive rebuilds a thousand records without running Python code for
 each. Version 4 added consumer positions (C), which the catch-up copies
 as rows of their table, and the last-value streams (L). Version 5 added
 to HEARTBEAT the history an active took over from (of two actives, the
-newer serves) and the pack identity the pair shares; version 6 (this
-one), the numbers a journal that lost records to damage may have given
-(its ceiling: the broker that serves numbers past it), and the change U.
+newer serves) and the pack identity the pair shares; version 6, the
+numbers a journal that lost records to damage may have given (its
+ceiling: the broker that serves numbers past it), and the change U;
+version 7 (this one) gives that ceiling for stream numbers and for letter
+ids apart (a journal's letter ids start past its creation time).
 Brokers of other versions cannot pair with it: each refuses the other's
 messages, naming both versions.
 
@@ -38,7 +40,8 @@ messages, naming both versions.
 command            direction   fields / frames
 =================  ==========  ============================================
 HEARTBEAT (1)      both        role, state, in_sync, incarnation, epoch, link,
-                               leads, previous, pack id, ceiling
+                               leads, previous, pack id, ceiling,
+                               letter ceiling
 HELLO (2)          passive     incarnation, epoch, last id, streams' last
                                sequence numbers; frame: letter ids (u64s)
 CATCHUP_BEGIN (3)  active      link, base, mode, epoch, truncate points and
@@ -73,7 +76,7 @@ from malamute_pack.protocol.rowblock import decode_rows, encode_rows
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
-VERSION: Final = 6
+VERSION: Final = 7
 
 # Catch-up modes: what the passive keeps of its own journal.
 INCREMENTAL: Final = 0  # it follows this history: keep it all
@@ -101,9 +104,10 @@ class Heartbeat:
     # which the backup learns from it (32 hex digits; "" for none yet).
     pack_id: str = ""
     # A journal that lost records to damage (salvaged) and so claims no
-    # history: the highest stream number or letter id it may have given
+    # history: the highest stream number and letter id it may have given
     # (0 for none), which the broker that serves numbers past.
     ceiling: int = 0
+    letter_ceiling: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +494,7 @@ _CODEC: Final[zproto.Codec[PairMessage]] = zproto.Codec(
                 ("previous", _TEXT),
                 ("pack_id", _TEXT),
                 ("ceiling", zproto.NUMBER8),
+                ("letter_ceiling", zproto.NUMBER8),
             ),
         ),
         zproto.Spec(

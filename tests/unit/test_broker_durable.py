@@ -19,6 +19,7 @@ from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import Journal, JournalConfig, RetentionPolicy
 from malamute_pack.protocol import chunks, mlm
 from tests.broker_support import BrokerHarness
+from tests.journal_support import ids_before
 from tests.memory_session import InMemorySession
 from tests.unit.test_journal_damage import mark_crashed
 
@@ -295,6 +296,11 @@ class RetentionTests(DurableTestCase):
 
 
 class DurableLetterTests(DurableTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        # The journal's first letter id (its ids start past its creation time).
+        self.first = ids_before(self.path) + 1
+
     def test_storedAfterCommit(self) -> None:
         """
         A version 2 sender gets STORED for each MAILBOX_SEND, in order, with
@@ -305,7 +311,7 @@ class DurableLetterTests(DurableTestCase):
             self.h.send(S, mlm.MailboxSend("rx", f"m{n}", f"t{n}", 0, [b"x"]))
         self.assertEqual(
             self.h.take(S),
-            [mlm.Stored(n + 1, f"t{n}", 200, "stored") for n in range(3)],
+            [mlm.Stored(self.first + n, f"t{n}", 200, "stored") for n in range(3)],
         )
 
     def test_refusalKeepsOrder(self) -> None:
@@ -323,7 +329,7 @@ class DurableLetterTests(DurableTestCase):
         got = [m for m in self.h.take(S) if isinstance(m, mlm.Stored)]
         self.assertEqual(
             [(m.tracker, m.status_code, m.id) for m in got],
-            [("ta", 200, 1), ("tb", 300, 0), ("tc", 300, 0)],
+            [("ta", 200, self.first), ("tb", 300, 0), ("tc", 300, 0)],
         )
         self.assertIn("retry later", got[1].status_reason)
 
@@ -337,10 +343,11 @@ class DurableLetterTests(DurableTestCase):
         self.h.send(S, mlm.MailboxSend("rx", "hello", "trk", 0, [b"body"]))
         self.h.take(S)
         got = self.h.open(R, "rx", version=2)
-        self.assertEqual(got, [mlm.MailboxRecord(1, "tx", "rx", "hello", "trk", [b"body"])])
+        first = self.first
+        self.assertEqual(got, [mlm.MailboxRecord(first, "tx", "rx", "hello", "trk", [b"body"])])
         self.h.command(R, mlm.ConnectionClose())
         self.assertEqual(self.h.open(R, "rx", version=2), got)
-        self.h.send(R, mlm.Done(1, 200, "processed"))
+        self.h.send(R, mlm.Done(first, 200, "processed"))
         self.assertEqual(self.h.take(S), [mlm.Confirm("trk", 200, "processed")])
         self.restart()
         self.assertEqual(self.h.open(R, "rx", version=2), [])
@@ -355,7 +362,7 @@ class DurableLetterTests(DurableTestCase):
         got = self.h.open(R, "rx", version=2)
         self.assertEqual(
             [(m.id, m.subject) for m in got],  # type: ignore[attr-defined]
-            [(1, "m0"), (2, "m1"), (3, "m2")],
+            [(self.first + n, f"m{n}") for n in range(3)],
         )
 
     def test_version1HandOverRemoves(self) -> None:
@@ -376,17 +383,17 @@ class DurableLetterTests(DurableTestCase):
         self.h.open(R, "rx")
         self.h.open(S, "tx", version=2)
         self.h.send(S, mlm.MailboxSend("rx", "now", "t1", 0, [b"x"]))
-        self.assertEqual(self.h.take(S), [mlm.Stored(1, "t1", 200, "stored")])
+        self.assertEqual(self.h.take(S), [mlm.Stored(self.first, "t1", 200, "stored")])
         self.assertEqual(self.h.take(R), [mlm.MailboxDeliver("tx", "rx", "now", "t1", [b"x"])])
         assert self.h.journal is not None
         self.assertEqual(self.h.journal.counters.records_written, 0)
         self.h.send(S, mlm.MailboxSend("away", "later", "t2", 0, [b"y"]))
-        self.assertEqual(self.h.take(S), [mlm.Stored(2, "t2", 200, "stored")])
+        self.assertEqual(self.h.take(S), [mlm.Stored(self.first + 1, "t2", 200, "stored")])
         self.assertEqual(self.h.journal.counters.records_written, 1)
         self.restart()
         self.h.open(S, "tx", version=2)
         self.h.send(S, mlm.MailboxSend("away", "after", "t3", 0, []))
-        self.assertEqual(self.h.take(S), [mlm.Stored(3, "t3", 200, "stored")])
+        self.assertEqual(self.h.take(S), [mlm.Stored(self.first + 2, "t3", 200, "stored")])
 
     def test_heldLetterJournaled(self) -> None:
         """
@@ -396,11 +403,10 @@ class DurableLetterTests(DurableTestCase):
         self.h.open(R, "rx", version=2)
         self.h.open(S, "tx", version=2)
         self.h.send(S, mlm.MailboxSend("rx", "m", "", 0, [b"x"]))
-        self.assertEqual(self.h.take(R), [mlm.MailboxRecord(1, "tx", "rx", "m", "", [b"x"])])
+        letter = mlm.MailboxRecord(self.first, "tx", "rx", "m", "", [b"x"])
+        self.assertEqual(self.h.take(R), [letter])
         self.restart()
-        self.assertEqual(
-            self.h.open(R, "rx", version=2), [mlm.MailboxRecord(1, "tx", "rx", "m", "", [b"x"])]
-        )
+        self.assertEqual(self.h.open(R, "rx", version=2), [letter])
 
     def test_serviceRequestRequeuedFromVersion2Worker(self) -> None:
         """A version 2 worker that closes without DONE gives its request back."""

@@ -23,7 +23,7 @@ from malamute_pack.journal.writer import (
     QueuedStore,
 )
 from malamute_pack.protocol.records import StreamRow
-from tests.journal_support import WriterCase
+from tests.journal_support import WriterCase, ids_before
 from tests.support import capture_log
 from tests.unit.test_journal_journal import SLOW_COMMIT, Inline, new_path, open_journal, seqs
 
@@ -58,9 +58,16 @@ class RecordIsolationTests(TestCase):
         self.path = new_path(self)
         # Slow commits: everything a test does in one reactor turn is one batch.
         self.journal, _ = open_journal(self, self.path, SLOW_COMMIT)
+        # Letters are numbered here from the journal's first id (its ids
+        # start past its creation time).
+        self.base = ids_before(self.path)
         self.errors: list[JournalError] = []
         self.journal.on_error = self.errors.append
         self.log = capture_log(self)
+
+    def numbered(self, acks: dict[int, JournalError | None]) -> dict[int, JournalError | None]:
+        """C{acks} by each letter's number in the journal (1 for its first)."""
+        return {rid - self.base: error for rid, error in acks.items()}
 
     @inlineCallbacks
     def test_badStreamRecordDroppedAlone(self) -> Inline:
@@ -81,7 +88,7 @@ class RecordIsolationTests(TestCase):
         self.assertEqual(journal.append_stream("s", "w", "b", [b"2"], 1.0), 2)
         letter(journal, acks)
         yield journal.flush()
-        self.assertEqual(acks, {1: None, 2: None})
+        self.assertEqual(self.numbered(acks), {1: None, 2: None})
         counters = journal.counters
         self.assertEqual((counters.batches, counters.records_written), (1, 4))
         self.assertEqual((counters.stream_records_dropped, counters.errors), (1, 0))
@@ -94,14 +101,14 @@ class RecordIsolationTests(TestCase):
         self.assertEqual(journal.append_stream("s", "w", "c", [b"3"], 1.0), 3)
         letter(journal, acks)
         yield journal.flush()
-        self.assertEqual(acks, {1: None, 2: None, 3: None})
+        self.assertEqual(self.numbered(acks), {1: None, 2: None, 3: None})
         self.assertEqual((counters.batches, counters.records_written), (2, 6))
         self.assertEqual((counters.stream_records_dropped, counters.errors), (1, 0))
         yield journal.close()
 
         _, recovered = open_journal(self, self.path)
         self.assertEqual(recovered.streams, {"s": (1, 3)})
-        self.assertEqual([r.id for r in recovered.queued], [1, 2, 3])
+        self.assertEqual([r.id - self.base for r in recovered.queued], [1, 2, 3])
 
     @inlineCallbacks
     def test_badLetterRefusedAlone(self) -> Inline:
@@ -120,13 +127,13 @@ class RecordIsolationTests(TestCase):
         letter(journal, acks, address=BAD_TEXT)
         letter(journal, acks)
         yield journal.flush()
-        self.assertEqual((acks[1], acks[3]), (None, None))
-        refusal = acks[2]
+        self.assertEqual((acks[self.base + 1], acks[self.base + 3]), (None, None))
+        refusal = acks[self.base + 2]
         assert isinstance(refusal, JournalError)
         self.assertTrue(refusal.record_refused)
         self.assertFalse(refusal.disk_full)
         self.assertEqual(refusal.reason, "record refused: text that is not valid UTF-8")
-        self.assertIn("letter 2 for mailbox", str(refusal))
+        self.assertIn(f"letter {self.base + 2} for mailbox", str(refusal))
         self.assertIsInstance(refusal.__cause__, UnicodeEncodeError)
         counters = journal.counters
         self.assertEqual((counters.letters_refused, counters.errors), (1, 0))
@@ -136,8 +143,8 @@ class RecordIsolationTests(TestCase):
         yield journal.close()
 
         reopened, recovered = open_journal(self, self.path)
-        self.assertEqual([r.id for r in recovered.queued], [1, 3])
-        self.assertEqual(letter(reopened, acks).id, 4)
+        self.assertEqual([r.id - self.base for r in recovered.queued], [1, 3])
+        self.assertEqual(letter(reopened, acks).id - self.base, 4)
 
     @inlineCallbacks
     def test_recordSQLiteRefusesFailsAlone(self) -> Inline:
@@ -158,8 +165,8 @@ class RecordIsolationTests(TestCase):
             letter(journal, acks, subject=subject)
         letter(journal, acks, sender=b"not text")
         yield journal.flush()
-        self.assertEqual((acks[1], acks[3]), (None, None))
-        poisoned, mistyped = acks[2], acks[4]
+        self.assertEqual((acks[self.base + 1], acks[self.base + 3]), (None, None))
+        poisoned, mistyped = acks[self.base + 2], acks[self.base + 4]
         assert isinstance(poisoned, JournalError) and isinstance(mistyped, JournalError)
         self.assertEqual(poisoned.reason, "record refused: poisoned")
         self.assertIn("cannot store BLOB value in TEXT column", mistyped.reason)
@@ -167,7 +174,7 @@ class RecordIsolationTests(TestCase):
         self.assertEqual(self.errors, [])
         yield journal.close()
         _, recovered = open_journal(self, self.path)
-        self.assertEqual([r.id for r in recovered.queued], [1, 3])
+        self.assertEqual([r.id - self.base for r in recovered.queued], [1, 3])
 
     @inlineCallbacks
     def test_badStreamDeleteFailsAlone(self) -> Inline:
@@ -187,7 +194,7 @@ class RecordIsolationTests(TestCase):
         letter(journal, acks)
         failure = yield self.assertFailure(bad, JournalError)
         self.assertEqual((yield good), (1, 4 + 1))
-        self.assertEqual(acks, {1: None, 2: None})
+        self.assertEqual(self.numbered(acks), {1: None, 2: None})
         self.assertTrue(failure.record_refused)
         self.assertIn("deleting stream", str(failure))
         self.assertEqual(journal.counters.errors, 0)

@@ -10,6 +10,7 @@ Also holds L{open_journal}, which the other journal test modules use.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Generator
 from contextlib import closing
 from pathlib import Path
@@ -211,6 +212,25 @@ class QueuedTests(TestCase):
         self.assertTrue((yield durable))
 
     @inlineCallbacks
+    def test_journalMadeAfreshGivesNewIds(self) -> Inline:
+        """
+        A journal made afresh where another was (its files removed) gives
+        its letters ids past every id the earlier one gave: a client that
+        stayed connected, and drops a letter whose id it already had as a
+        repeat, does not drop them (found by the soak: ids began at 1 again).
+        """
+        path = new_path(self)
+        acks: list[tuple[int, JournalError | None]] = []
+        journal, _ = open_journal(self, path)
+        earlier = [self.store(journal, "box", acks).id for _ in range(3)]
+        yield journal.close()
+        for file in path.parent.glob(path.name + "*"):
+            file.unlink()
+        journal, recovered = open_journal(self, path)
+        self.assertEqual(recovered.queued, [])
+        self.assertGreater(self.store(journal, "box", acks).id, max(earlier))
+
+    @inlineCallbacks
     def test_recoveryReturnsQueuedMinusRemoved(self) -> Inline:
         """
         Reopening returns the stored records that were not removed, in id
@@ -222,18 +242,21 @@ class QueuedTests(TestCase):
         self.assertEqual(recovered.queued, [])
         acks: list[tuple[int, JournalError | None]] = []
         records = [self.store(journal, f"box{i}", acks) for i in range(5)]
-        self.assertEqual([r.id for r in records], [1, 2, 3, 4, 5])
+        # A new journal's ids start past its creation time (in millionths of a second).
+        first = records[0].id
+        self.assertGreater(first, int(time.time() - 60) * 1_000_000)
+        self.assertEqual([r.id for r in records], [first + i for i in range(5)])
         yield journal.flush()
-        self.assertEqual(acks, [(i, None) for i in range(1, 6)])
-        for rid in (2, 4, 5):
-            journal.remove_queued(rid)
+        self.assertEqual(acks, [(r.id, None) for r in records])
+        for record in (records[1], records[3], records[4]):
+            journal.remove_queued(record.id)
         yield journal.close()
 
         journal, recovered = open_journal(self, path)
         self.assertEqual(recovered.queued, [records[0], records[2]])
         self.assertEqual(recovered.queued[0].content, (b"hi", b""))
         self.assertEqual(recovered.queued[0].deadline, 2000.5)
-        self.assertEqual(self.store(journal, "next", acks).id, 6)
+        self.assertEqual(self.store(journal, "next", acks).id, first + 5)
 
     def test_kindChecked(self) -> None:
         """
@@ -280,7 +303,7 @@ class QueuedTests(TestCase):
         self.assertEqual((yield journal.read_stream("s", 1, 10)), [])
 
         self.assertEqual(append(journal, "s", 1), [3])
-        journal.store_queued("mailbox", "m", "a", "fine", "t", None, [b"3"], acks.append)
+        kept = journal.store_queued("mailbox", "m", "a", "fine", "t", None, [b"3"], acks.append)
         yield journal.flush()
         self.assertEqual(acks[2:], [None])
         self.assertEqual(seqs((yield journal.read_stream("s", 1, 10))), [3])
@@ -288,7 +311,7 @@ class QueuedTests(TestCase):
 
         journal, recovered = open_journal(self, path)
         self.assertEqual(recovered.streams, {"s": (3, 3)})
-        self.assertEqual([r.id for r in recovered.queued], [3])
+        self.assertEqual([r.id for r in recovered.queued], [kept.id])
 
 
 class LifecycleTests(TestCase):

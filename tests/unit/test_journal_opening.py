@@ -16,6 +16,7 @@ from malamute_pack.journal import JournalConfig
 from malamute_pack.journal.opening import open_journal as open_file
 from malamute_pack.journal.opening import recover
 from malamute_pack.journal.schema import migrate
+from tests.journal_support import ids_before
 from tests.unit.test_journal_journal import Inline, append, new_path, open_journal, seqs
 
 
@@ -51,6 +52,7 @@ class RecoveryTests(TestCase):
         path = new_path(self)
         config = JournalConfig(crash_skip=1000)
         crashed, _ = open_journal(self, path, config)
+        base = ids_before(path)  # its letter ids start past its creation time
         append(crashed, "a", 3)
         append(crashed, "empty", 1)
         crashed.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda error: None)
@@ -68,7 +70,7 @@ class RecoveryTests(TestCase):
         # have reached readers live) starts past the skip too.
         self.assertEqual(append(journal, "never-written", 1), [1001])
         record = journal.store_queued("mailbox", "rx", "tx", "s", "", None, [], lambda e: None)
-        self.assertEqual(record.id, 1002)
+        self.assertEqual(record.id, base + 1 + 1000 + 1)
         yield journal.close()
         journal, _ = open_journal(self, path, config)
         self.assertFalse(journal.crashed)
@@ -108,7 +110,7 @@ class OpenFileTests(SynchronousTestCase):
         self.addCleanup(again.conn.close)
         self.addCleanup(again.reader.close)
         self.assertTrue(again.crashed)
-        self.assertEqual(again.last_id, 100)
+        self.assertEqual(again.last_id, ids_before(path) + 100)
         self.assertEqual(again.identity, opened.identity)
 
     def test_readerIsReadOnly(self) -> None:
@@ -151,6 +153,7 @@ class OpenFileTests(SynchronousTestCase):
                 " VALUES ('s', 7, 0, 0)"
             )
             recovered, crashed, last_id = recover(conn, 50, takeover=True)
+        base = ids_before(path)
         self.assertFalse(crashed)
         self.assertEqual(recovered.streams, {"s": (58, 57)})
-        self.assertEqual((recovered.lasts, recovered.last_id, last_id), ({"s": 7}, 0, 50))
+        self.assertEqual((recovered.lasts, recovered.last_id, last_id), ({"s": 7}, base, base + 50))

@@ -80,8 +80,10 @@ class ReadsTests(TestCase):
         """Letters by id, all letters in order, and owners a page at a time."""
         yield self.written()
         conn = self.conn
-        self.assertEqual([r.id for r in reads.all_queued(conn)], [1, 2, 3])
-        self.assertEqual([r.id for r in reads.queued_by_ids(conn, [3, 1, 99])], [1, 3])
+        first = reads.all_queued(conn)[0].id
+        self.assertEqual([r.id for r in reads.all_queued(conn)], [first, first + 1, first + 2])
+        found = reads.queued_by_ids(conn, [first + 2, first, first + 99])
+        self.assertEqual([r.id for r in found], [first, first + 2])
         self.assertEqual(reads.owners_page(conn, None, 1), [("y", "why", 1.0)])
         self.assertEqual(reads.owners_page(conn, "y", 5), [("z", "zed", 2.0)])
         self.assertEqual(len(reads.owners_page(conn, None, -1)), 2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from malamute_pack.journal.sequencing import Sequencer, merge_tail
+from malamute_pack.journal.sequencing import Ceiling, Sequencer, merge_tail
 from malamute_pack.protocol.records import StreamRecord
 from tests.unit.test_journal_journal import (
     SLOW_COMMIT,
@@ -75,18 +75,19 @@ class NumberPastTests(TestCase):
     @inlineCallbacks
     def test_numberPastKept(self) -> Inline:
         """
-        After number_past(C{n}) every stream, known or new, and every
-        letter numbers past C{n}; so does the journal opened again after a
-        clean close; numbering_ceiling says the highest number it may have
-        given.
+        After number_past(C{n}, C{m}) every stream, known or new, numbers
+        past C{n} and every letter past C{m}; so does the journal opened
+        again after a clean close; numbering_ceiling says the highest stream
+        number and letter id it may have given.
         """
         path = new_path(self)
         journal, _ = open_journal(self, path)
         append(journal, "small", 2)
         append(journal, "big", 9)
-        self.assertEqual(journal.numbering_ceiling(), 9)
-        yield journal.number_past(100)
-        self.assertEqual(journal.numbering_ceiling(), 100)
+        letters = journal.numbering_ceiling().letters  # past the journal's creation time
+        self.assertEqual(journal.numbering_ceiling(), Ceiling(9, letters))
+        yield journal.number_past(Ceiling(100, letters + 50))
+        self.assertEqual(journal.numbering_ceiling(), Ceiling(100, letters + 50))
         self.assertEqual(append(journal, "small", 1), [101])
         self.assertEqual(append(journal, "new", 1), [101])
         yield journal.close()
@@ -94,18 +95,22 @@ class NumberPastTests(TestCase):
         self.assertEqual(append(journal, "big", 1), [101])
         self.assertEqual(append(journal, "other", 1), [101])
         letter = journal.store_queued("mailbox", "box", "s", "x", "", None, [b""], lambda _: None)
-        self.assertGreater(letter.id, 100)
+        self.assertEqual(letter.id, letters + 51)
 
     def test_sequencerCeiling(self) -> None:
-        """A Sequencer's ceiling is its highest number or id given; number_past moves all past."""
+        """
+        A Sequencer's ceiling is its highest stream number and letter id
+        given; number_past moves the streams past the one, letters past the
+        other, never back.
+        """
         sequence = Sequencer()
         sequence.recovered({"s": (1, 10)}, last_id=30)
-        self.assertEqual(sequence.ceiling(), 30)
-        sequence.number_past(50)
+        self.assertEqual(sequence.ceiling(), Ceiling(10, 30))
+        sequence.number_past(Ceiling(50, 70))
         self.assertEqual((sequence.last_seq("s"), sequence.last_seq("t")), (50, 50))
-        self.assertEqual(sequence.queued_id(), 51)
-        sequence.number_past(5)  # never back
-        self.assertEqual(sequence.ceiling(), 51)
+        self.assertEqual(sequence.queued_id(), 71)
+        sequence.number_past(Ceiling(5, 5))  # never back
+        self.assertEqual(sequence.ceiling(), Ceiling(50, 71))
 
 
 def record(seq: int) -> StreamRecord:

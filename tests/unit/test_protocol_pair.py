@@ -395,18 +395,19 @@ class LayoutTests(SynchronousTestCase):
 
     def test_version(self) -> None:
         """
-        This codec is version 6 of the link (version 1 had no owners,
+        This codec is version 7 of the link (version 1 had no owners,
         deletes, retention; version 2 carried an append's rows a frame each;
         version 3 had no consumer positions; version 4's heartbeat no
-        previous epoch nor pack identity; version 5's no ceiling).
+        previous epoch nor pack identity; version 5's no ceiling; version
+        6's one ceiling for stream numbers and letter ids).
         """
-        self.assertEqual(VERSION, 6)
+        self.assertEqual(VERSION, 7)
 
     def test_catchupEndBytes(self) -> None:
-        """CATCHUP_END is MP, version 6, 6, link and position as big-endian u64s."""
+        """CATCHUP_END is MP, version 7, 6, link and position as big-endian u64s."""
         self.assertEqual(
             pair.encode(CatchupEnd(1, 0x0102)),
-            [b"MP\x06\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
+            [b"MP\x07\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
         )
 
     def test_catchupBeginFirstsLast(self) -> None:
@@ -448,20 +449,21 @@ class LayoutTests(SynchronousTestCase):
         """
         HEARTBEAT strings are a 4-byte length then UTF-8; in_sync and leads
         one byte each (0 or 1: another value is malformed); the previous
-        epoch, the pack identity, then the ceiling (a big-endian u64), last.
+        epoch, the pack identity, then the ceilings of stream numbers and of
+        letter ids (big-endian u64s), last.
         """
         self.assertEqual(
-            pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True, "d", "AB", 7)),
+            pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True, "d", "AB", 7, 9)),
             [
-                b"MP\x06\x01"
+                b"MP\x07\x01"
                 + bytes.fromhex("00000001 70  00000002 c3a9  01  00000000  00000001 65")
                 + bytes.fromhex("0000000000000002 01  00000001 64  00000002 4142")
-                + bytes.fromhex("0000000000000007")
+                + bytes.fromhex("0000000000000007 0000000000000009")
             ],
         )
         frame = pair.encode(Heartbeat("p", "s", False, "", "", 0, False))[0]
         in_sync = 4 + 5 + 5  # after the header and the two one-letter strings
-        leads = len(frame) - 17  # before the empty previous epoch, pack identity, ceiling
+        leads = len(frame) - 25  # before the empty previous epoch, pack identity, ceilings
         self.assertEqual((frame[in_sync], frame[leads]), (0, 0))
         for bad in (
             frame[:leads] + b"\x02" + frame[leads + 1 :],
@@ -663,12 +665,12 @@ class MalformedTests(SynchronousTestCase):
         """
         for message in MESSAGES:
             frames = pair.encode(message)
-            for old in (1, 2, 3, 4, 5):
+            for old in (1, 2, 3, 4, 5, 6):
                 with self.assertRaises(MalformedPairMessage) as caught:
                     pair.decode([frames[0][:2] + bytes((old,)) + frames[0][3:], *frames[1:]])
                 self.assertEqual(
                     str(caught.exception),
-                    f"the partner speaks pair link version {old}, this broker 6:"
+                    f"the partner speaks pair link version {old}, this broker 7:"
                     " run the same malamute_pack on both",
                 )
 
