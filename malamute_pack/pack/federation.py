@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pyroaring import BitMap64
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -314,7 +315,7 @@ class Pack:
         if missing:
             # Records of it not written here (a full disk), asked for again
             # when the link broke (found by the soak: never asked for again).
-            return packlink.Interest(stream, pattern, packlink.SEQUENCE, min(missing))
+            return packlink.Interest(stream, pattern, packlink.SEQUENCE, missing.min())
         if mark is not None:
             return packlink.Interest(stream, pattern, packlink.SEQUENCE, mark + 1)
         since = self._left.get(member.origin, self._since.get(stream, self._started))
@@ -329,7 +330,7 @@ class Pack:
         """
         self.counters.forwards_failed += len(origin_seqs)
         # Noted whether or not the origin is here: asked for when it is.
-        self._missing.setdefault((stream, origin), set()).update(origin_seqs)
+        self._missing.setdefault((stream, origin), BitMap64()).update(origin_seqs)
         member = self.by_origin.get(origin)
         if member is None:
             return

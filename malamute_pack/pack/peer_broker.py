@@ -18,6 +18,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pyroaring import BitMap64
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
@@ -47,8 +48,9 @@ REWIND_DELAY = 1.0
 # is taken, and what was missing is counted lost.
 MAX_ASKS = 5
 # Per (stream, origin): what the peer forwarded that was not written here,
-# below the mark (asked for again, taken when it comes).
-Missing = dict[tuple[str, str], set[int]]
+# below the mark (asked for again, taken when it comes); a bitmap, so that
+# a long full disk's thousands of records cost bytes each, not a Python int.
+Missing = dict[tuple[str, str], BitMap64]
 
 # Highest origin sequence number taken, by (stream, origin).
 Marks = MutableMapping[tuple[str, str], int]
@@ -275,7 +277,7 @@ class PeerBroker:
         self._asks[stream] = (asks, len(missing))
         if asks > MAX_ASKS:
             self._resending.add(stream)  # its next record past the mark ends it
-        first = min(missing)
+        first = missing.min()
         for pattern in patterns:
             interest = packlink.Interest(stream, pattern, packlink.SEQUENCE, first, 1)
             self.outbox.send(packlink.encode(interest))
@@ -461,7 +463,7 @@ class PeerBroker:
         if call is not None:
             call.cancel()
 
-    def _never_sent_again(self, stream: str, missing: set[int]) -> None:
+    def _never_sent_again(self, stream: str, missing: BitMap64) -> None:
         self.counters.never_sent_again += len(missing)
         _log.warn(
             "{peer}: {count} records of stream {stream} (from {first}) were not written here"
@@ -469,7 +471,7 @@ class PeerBroker:
             peer=self,
             count=len(missing),
             stream=stream,
-            first=min(missing),
+            first=missing.min(),
         )
         self._found(stream)
 
