@@ -43,6 +43,7 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from pyroaring import BitMap64
@@ -118,6 +119,13 @@ class RemoteGroups(Protocol):
 
     def acknowledged(self, stream: str, group: str) -> dict[str, int] | None:
         """What other homes of the group acknowledged, per origin ("" for this broker)."""
+
+    def covers(self, stream: str, origin: str, after: int) -> bool:
+        """
+        Whether this broker's copy of C{stream} holds every record of
+        C{origin} (a peer's id) numbered past C{after} there (a copy
+        started afresh may lack a peer's older records).
+        """
 
     def saved(self, group: Group) -> None:
         """The position of C{group} (its home is here) was saved: the pack hears it."""
@@ -211,6 +219,14 @@ class Group:
         self.vector: dict[str, int] = {}
         self.taken: deque[tuple[int, str, int]] | None = None
         self.skip: dict[str, int] | None = None
+        # Whether this home's copy holds every record of a peer origin past
+        # what other homes acknowledged when the group came here (None:
+        # not in a pack): only then does its vector for that origin move
+        # past that (else the next home would pass over records this one
+        # never had: found by the soak, a home on a journal started afresh).
+        self.covers: Callable[[str, int], bool] | None = None
+        self._from: dict[str, int] = {}
+        self._covered: dict[str, bool] = {}
 
     def track_origins(self, acknowledged: dict[str, int] | None) -> None:
         """
@@ -219,8 +235,19 @@ class Group:
         are passed over.
         """
         self.taken = deque()
+        self._from = dict(acknowledged or {})
+        self._covered = {}
         if acknowledged:
             self.learn(acknowledged)
+
+    def _covers(self, origin: str) -> bool:
+        """Whether this home's vector for C{origin} may move past what it learned."""
+        covered = self._covered.get(origin)
+        if covered is None:
+            covers = self.covers
+            covered = not origin or covers is None or covers(origin, self._from.get(origin, 0))
+            self._covered[origin] = covered
+        return covered
 
     def learn(self, acknowledged: dict[str, int]) -> None:
         """Records acknowledged at another home of the group (per origin) are passed over."""
@@ -255,7 +282,7 @@ class Group:
             vector = self.vector
             while taken and taken[0][0] <= floor:
                 _, origin, origin_seq = taken.popleft()
-                if origin_seq > vector.get(origin, 0):
+                if origin_seq > vector.get(origin, 0) and self._covers(origin):
                     vector[origin] = origin_seq
         return ConsumerPosition(self.stream, GROUP, self.name, floor, data, updated, self.owner)
 
@@ -539,6 +566,7 @@ class Groups:
             else:
                 group.seen = store.first_seq(stream) - 1
             if self.remote is not None:
+                group.covers = partial(self.remote.covers, stream)
                 group.track_origins(self.remote.acknowledged(stream, name))
         elif group.owner and group.owner != user:
             raise Refused(f"not allowed: {what} belongs to another user", NOT_ALLOWED)

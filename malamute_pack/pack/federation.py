@@ -138,7 +138,12 @@ class Pack:
         self._relays: dict[str, Relays] = {}
         self.counters = PackCounters()
         self._log_limit = LogLimit(clock, _log)
-        self.groups = PackGroups(broker, clock, broker_id, self.by_origin, owners is not None)
+        # Per (stream, origin) of which this copy held nothing at start: the
+        # first origin number taken since (what comes before it is not here).
+        self._firsts: dict[tuple[str, str], int] = {}
+        self.groups = PackGroups(
+            broker, clock, broker_id, self.by_origin, owners is not None, self._covers
+        )
 
     def start(self) -> None:
         self._started = self._clock.seconds()
@@ -260,6 +265,7 @@ class Pack:
             self._rehome,
             self._relays.setdefault(origin, Relays()),
             self._missing,
+            self._firsts,
         )
         self.peers[uuid] = member
         self.by_origin[origin] = member
@@ -335,6 +341,18 @@ class Pack:
         if member is None:
             return
         member.rewind(stream, self._patterns(stream))
+
+    def _covers(self, stream: str, origin: str, after: int) -> bool:
+        """
+        Whether this copy of C{stream} holds every record of C{origin}
+        numbered past C{after} there: yes if nothing of it was acknowledged
+        anywhere (C{after} 0), or if this copy held its records at start or
+        took them from at or below C{after}; no if it took its first one
+        past C{after} (a copy started afresh is asked only for what the
+        peer wrote since it started).
+        """
+        first = self._firsts.get((stream, origin))
+        return after <= 0 or first is None or first <= after
 
     def _patterns(self, stream: str) -> list[str]:
         """The patterns this broker's readers read C{stream} with."""

@@ -184,6 +184,7 @@ class PackGroups:
         broker_id: str,
         peers: Mapping[str, PeerBroker],
         believe_users: bool,
+        coverage: Callable[[str, str, int], bool] = lambda stream, origin, after: True,
     ) -> None:
         """
         @param broker_id: this broker's origin id (what its peers call it).
@@ -192,12 +193,15 @@ class PackGroups:
         @param believe_users: whether the user a peer says its client is
             is believed (a CURVE pack whose clients authenticate); else a
             peer's client is anonymous here.
+        @param coverage: whether this broker's copy of a stream holds every
+            record of an origin past a number (L{RemoteGroups.covers}).
         """
         self._broker = broker
         self._clock = clock
         self.broker_id = broker_id
         self._peers = peers
         self._believe_users = believe_users
+        self._coverage = coverage
         # This broker's clients in groups homed on peers.
         self._memberships: dict[tuple[Connection, str], Membership] = {}
         self._by_key: dict[Key, Membership] = {}
@@ -417,6 +421,9 @@ class PackGroups:
             return None
         me = self.broker_id
         return {("" if origin == me else origin): seq for origin, seq in known.vector.items()}
+
+    def covers(self, stream: str, origin: str, after: int) -> bool:
+        return self._coverage(stream, origin, after)
 
     def saved(self, group: Group) -> None:
         key = (group.stream, group.name)

@@ -164,6 +164,7 @@ class PeerBroker:
         on_addresses: Callable[[str], None],
         relays: Relays | None = None,
         missing: Missing | None = None,
+        firsts: dict[tuple[str, str], int] | None = None,
     ) -> None:
         """
         @param on_addresses: called with an address this peer stopped
@@ -193,6 +194,9 @@ class PeerBroker:
         # pack's, shared by the peer's connections, so that one that comes
         # after a reconnection asks for them too (L{Federation._interest}).
         self.missing: Missing = {} if missing is None else missing
+        # The pack's: per (stream, origin) this copy held nothing of at
+        # start, the first origin number taken (L{Federation._covers}).
+        self._firsts: dict[tuple[str, str], int] = {} if firsts is None else firsts
         self._asking: dict[str, IDelayedCall] = {}
         # Per stream asked for again: (asks without one of them coming,
         # how many were missing at the last ask).
@@ -438,6 +442,8 @@ class PeerBroker:
             self._never_sent_again(message.stream, missing)
             self._marks[key] = message.origin_seq
         else:
+            if key not in self._marks:
+                self._firsts.setdefault(key, message.origin_seq)
             self._marks[key] = message.origin_seq
         self.counters.forwarded_in += 1
         record = StreamRecord(

@@ -66,13 +66,17 @@ class Network:
             self.peers[name] = Peer(bytes([i + 1]) * 16, name)
             self._start(name)
 
-    def _start(self, name: str) -> None:
-        """Start broker C{name} and its pack, on its journal file if it has one."""
+    def _start(self, name: str, later: float = 0.0) -> None:
+        """
+        Start broker C{name} and its pack, on its journal file if it has
+        one, its clock C{later} seconds on.
+        """
         harness = BrokerHarness(
             BrokerConfig(timeout=60.0),
             self._base / f"{name}.sqlite" if self._journal else None,
             JournalConfig(prune_interval_s=3600),
         )
+        harness.clock.advance(later)
         self.harnesses[name] = harness
         marks = harness.journal.origin_marks() if harness.journal is not None else {}
         since = harness.journal.newest_times() if harness.journal is not None else {}
@@ -104,6 +108,22 @@ class Network:
         self.packs[name].stop()
         self.harnesses[name].close()
         self._start(name)
+
+    def start_afresh(self, name: str, later: float) -> None:
+        """
+        Broker C{name} stops and starts again alone on a new journal (its
+        files removed), with a new identity, its clock C{later} seconds on.
+        """
+        for other in self.packs:
+            if other != name:
+                self.part(name, other)
+        self.packs[name].stop()
+        self.harnesses[name].close()
+        for file in self._base.glob(f"{name}.sqlite*"):
+            file.unlink()
+        old = self.peers[name]
+        self.peers[name] = Peer(bytes([old.uuid[0] + 100]) * 16, name)
+        self._start(name, later)
 
     def _whisperer(self, sender: str):  # type: ignore[no-untyped-def]
         def whisper(uuid: bytes, frames: object) -> bool:
