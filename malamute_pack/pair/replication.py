@@ -111,6 +111,9 @@ LEADER: Final = "leader"
 PREVIOUS_EPOCH: Final = "previous_epoch"
 TAKEOVER: Final = "takeover"
 COMPLETE: Final = "complete"
+# "0" from a takeover's start until the new active opens to its clients:
+# a journal whose takeover was abandoned claims no history it never served.
+SERVED: Final = "served"
 
 _SET_STATE: Final = (
     "INSERT INTO pair_state (name, value) VALUES (?, ?) "

@@ -76,6 +76,7 @@ from malamute_pack.pair.replication import (
     EPOCH,
     LEADER,
     PREVIOUS_EPOCH,
+    SERVED,
     History,
     Replica,
     ReplicationSource,
@@ -365,7 +366,12 @@ class PairService(Service):
         if self.source is not None:
             return self.source.history.previous
         found = self._recovered
-        if self.replica is None and found is not None and not found.losses:
+        if (
+            self.replica is None
+            and found is not None
+            and not found.losses
+            and found.pair.get(SERVED, "1") == "1"
+        ):
             return found.pair.get(PREVIOUS_EPOCH, "")
         return ""
 
@@ -724,7 +730,12 @@ class PairService(Service):
             history = History.from_state(found.pair)
             if not history.epoch:
                 history.epoch = uuid.uuid4().hex
-        await journal.execute(set_state({**history.state(self.role.value), COMPLETE: "1"}))
+        # Not yet served: if the takeover is abandoned from here on (the
+        # broker stops), the journal claims no history it never served (found
+        # by the soak: restarted, it made its partner, which had gone on
+        # serving, yield and cut back what it acknowledged meanwhile).
+        state = {**history.state(self.role.value), COMPLETE: "1", SERVED: "0"}
+        await journal.execute(set_state(state))
         if self._abandoned():
             return  # the journal service is closing the journal
         ceiling, own = self._partner_ceiling, journal.numbering_ceiling()
@@ -744,6 +755,9 @@ class PairService(Service):
             )
             if self._abandoned():
                 return
+        await journal.execute(set_state({SERVED: "1"}))  # it serves from here on
+        if self._abandoned():
+            return
         self._leads = True
         self._recovered = found
         self._restore(found)

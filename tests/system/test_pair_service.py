@@ -128,6 +128,12 @@ def stop_services(service: MultiService, stopped: Deferred[object]) -> None:
     stopping.chainDeferred(stopped)
 
 
+def pair_state(path: Path) -> dict[str, str]:
+    """The pair's state recorded in the journal at C{path}."""
+    with closing(sqlite3.connect(path)) as conn:
+        return dict(conn.execute("SELECT name, value FROM pair_state").fetchall())
+
+
 def journal_threads() -> set[threading.Thread]:
     """The live threads of every journal of this process (writers and readers)."""
     return {
@@ -514,11 +520,16 @@ class PairServiceTests(TestCase):
         """
         The backup's services stop (SIGTERM) once its takeover has opened
         the journal again, while it records the new history there: the
-        takeover goes no further (no model restored, no gate opened) and
-        the journal closes.
+        takeover goes no further (no model restored, no gate opened), the
+        journal closes, and it says it never served the new history
+        (restarted, it claims no takeover of the primary's history: it
+        would otherwise make the primary, which went on serving, yield and
+        cut back what it acknowledged meanwhile; found by the soak).
         """
         others = await self.started()
         journal = self.backup.journal
+        followed = pair_state(journal.path)
+        self.assertTrue(followed.get("epoch"))
         stopped: Deferred[object] = Deferred()
         real_open = journal.open
 
@@ -534,6 +545,11 @@ class PairServiceTests(TestCase):
             wire.Heartbeat("primary", "starting", False, "restarted", "", 0, False)
         )
         await self.stopsCleanly(stopped, others)
+        kept = pair_state(journal.path)
+        self.assertEqual(kept.get("previous_epoch"), followed["epoch"])
+        self.assertEqual(kept.get("served"), "0")
+        self.backup.start(self.context)
+        self.assertEqual(self.backup.pair.previous_epoch, "")
 
     async def test_partitionAloneMakesNoSecondActive(self) -> None:
         """
