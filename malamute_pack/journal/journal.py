@@ -87,11 +87,10 @@ from malamute_pack.journal.reader import ReaderThread
 from malamute_pack.journal.records import QUEUED_KINDS
 from malamute_pack.journal.replica import Shipper
 from malamute_pack.journal.salvage import Salvage
-from malamute_pack.journal.schema import QUEUED_LAST_ID, STREAM_FLOOR
+from malamute_pack.journal.schema import QUEUED_LAST_ID, RAISE_COUNTER, STREAM_FLOOR
 from malamute_pack.journal.sequencing import Ceiling, Sequencer, merge_tail
 from malamute_pack.journal.verify import Found
 from malamute_pack.journal.writer import (
-    RAISE_COUNTER,
     Barrier,
     CompactSet,
     ConsumerSave,

@@ -255,6 +255,12 @@ def _add_losses(db: Database) -> None:
     )
 
 
+# Raises a named counter of journal_counters to a value (never lowers it).
+RAISE_COUNTER: Final = (
+    "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
+)
+
 # A journal's letter ids start past its creation time in millionths of a
 # second (below).
 IDS_PER_SECOND: Final = 1_000_000
@@ -266,11 +272,7 @@ def _ids_past_creation(db: Database) -> None:
     # drops a letter whose id it had before as a repeat (found by the
     # soak: a broker started on a new journal lost its new letters so).
     created = db.execute("SELECT created FROM journal_identity WHERE id = 1").fetchone()[0]
-    db.execute(
-        "INSERT INTO journal_counters (name, value) VALUES (?, ?)"
-        " ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
-        (QUEUED_LAST_ID, int(created * IDS_PER_SECOND)),
-    )
+    db.execute(RAISE_COUNTER, (QUEUED_LAST_ID, int(created * IDS_PER_SECOND)))
 
 
 MIGRATIONS: Final[Sequence[Migration]] = (

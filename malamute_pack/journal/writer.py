@@ -118,7 +118,7 @@ from malamute_pack.journal.inserts import (
 )
 from malamute_pack.journal.last_values import Capture, LastValues, Pending
 from malamute_pack.journal.retention import PruneStep, prune_step
-from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING
+from malamute_pack.journal.schema import QUEUED_LAST_ID, RAISE_COUNTER, RUNNING
 from malamute_pack.protocol.chunks import encode_frames
 from malamute_pack.protocol.records import (
     ConsumerPosition,
@@ -213,10 +213,6 @@ _RANGE: Final = "FROM stream_messages WHERE stream = ? AND seq BETWEEN ? AND ?"
 _COUNT_RANGE: Final = f"SELECT count(*), coalesce(sum(bytes), 0) {_RANGE}"
 _DELETE_RANGE: Final = f"DELETE {_RANGE}"
 _DELETE_APPEND_KEY: Final = "DELETE FROM stream_appends WHERE stream = ? AND key = ?"
-RAISE_COUNTER: Final = (
-    "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
-)
 SET_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"

@@ -750,9 +750,7 @@ class PairService(Service):
                 streams=ceiling.streams,
                 letters=ceiling.letters,
             )
-            await journal.number_past(
-                Ceiling(max(ceiling.streams, own.streams), max(ceiling.letters, own.letters))
-            )
+            await journal.number_past(ceiling)  # it never moves numbering back
             if self._abandoned():
                 return
         await journal.execute(set_state({SERVED: "1"}))  # it serves from here on
