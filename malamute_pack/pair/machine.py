@@ -197,8 +197,17 @@ TABLE: Final[Mapping[tuple[State, Event], tuple[Row, ...]]] = {
         # The backup waits for the primary to go active.
         Row(_G.OTHERWISE, (), _S.STARTING),
     ),
-    # The partner serves: this one backs it up, whatever its role.
-    (_S.STARTING, _E.PEER_ACTIVE): (Row(_G.ALWAYS, (_A.BECOME_PASSIVE,), _S.PASSIVE),),
+    (_S.STARTING, _E.PEER_ACTIVE): (
+        # The partner serves the history this journal took over from (it
+        # refused its clients, cut off, while this one served them, then
+        # this one died): this journal is the newer; the partner hears it
+        # starting and yields, and both settle as starting brokers do (found
+        # by the soak: this one went passive, was cut back to the older
+        # history, and what it acknowledged alone was lost)...
+        Row(_G.PARTNER_OLDER, (), _S.STARTING),
+        # ...else the partner serves: this one backs it up, whatever its role.
+        Row(_G.OTHERWISE, (_A.BECOME_PASSIVE,), _S.PASSIVE),
+    ),
     # The partner waits for an active one (it stayed passive while this one
     # restarted, not in sync to serve): serve.
     (_S.STARTING, _E.PEER_PASSIVE): (Row(_G.ALWAYS, (_A.BECOME_ACTIVE,), _S.ACTIVE),),

@@ -707,7 +707,13 @@ class Replica:
         self._asked_at: float | None = None
         self.stats = ReplicaStats()
         self.link = 0
+        # Caught up: it holds everything the active wrote on this link.
         self.in_sync = False
+        # The active's last heartbeat said it holds this replica in sync on
+        # this link (it heard CAUGHT_UP): only then does it acknowledge
+        # nothing without it, and only then may this broker take over
+        # (L{may_take_over}).
+        self.confirmed = False
         self.epoch = ""  # the history the active said it leads, at the last catch-up
         self._next = 0  # the position the next SHIP must start at
         self._catching_up = False
@@ -744,7 +750,7 @@ class Replica:
         self._saying_hello = True
         self._asked_at = self._seconds()
         self.link = 0
-        self.in_sync = False
+        self.in_sync = self.confirmed = False
         self._catching_up = False
         self._end = None
         asked = self._journal.execute(
@@ -783,12 +789,25 @@ class Replica:
         self._saying_hello = False
         _log.error("pair: reading this journal for the partner failed: {e}", e=failure.value)
 
-    def heartbeat_link(self, link: int, now: float) -> None:
+    @property
+    def may_take_over(self) -> bool:
         """
-        The active's heartbeat names its link: another than this replica's
-        means catch up again (unless a HELLO is recent enough to be still
-        on its way).
+        Whether this replica holds everything the active acknowledged: it
+        caught up, and the active said it knows (found by the soak: the
+        CAUGHT_UP was held up by a cut link, the passive took over while the
+        active, which never heard it, acknowledged without it, and what it
+        acknowledged was lost when it yielded).
         """
+        return self.in_sync and self.confirmed
+
+    def heartbeat_link(self, link: int, now: float, holds_in_sync: bool = False) -> None:
+        """
+        The active's heartbeat names its link and whether it holds its
+        partner in sync there (L{confirmed}): another link than this
+        replica's means catch up again (unless a HELLO is recent enough to
+        be still on its way).
+        """
+        self.confirmed = self.in_sync and self.link != 0 and link == self.link and holds_in_sync
         if self.link != 0 and link == self.link:
             return
         if self._asked_at is not None and now - self._asked_at < self._retry_after:

@@ -348,9 +348,13 @@ class PairService(Service):
     # Events.
 
     def _in_sync(self) -> bool:
+        """
+        Active: whether its partner is in sync (it heard CAUGHT_UP on its
+        link); passive: whether it may take over (L{Replica.may_take_over}).
+        """
         if self.source is not None:
             return self.source.in_sync
-        return self.replica is not None and self.replica.in_sync
+        return self.replica is not None and self.replica.may_take_over
 
     @property
     def previous_epoch(self) -> str:
@@ -380,26 +384,30 @@ class PairService(Service):
         machine = self.machine
         # Seen first: a stall of this process just ended is not the partner's silence.
         machine.observe(now)
+        self._send_heartbeat()
         source = self.source
-        link = source.link if source is not None else 0
+        if not machine.partner_alive(now):
+            self._handle(Event.PEER_SILENT, now)
+        if source is not None and source.holding:
+            self._watch_partner(now)
+
+    def _send_heartbeat(self) -> None:
+        """Tell the partner this broker's state (each tick, and when its partner caught up)."""
+        source = self.source
         self.link.send(
             wire.Heartbeat(
                 self.role.value,
-                machine.state.value,
+                self.machine.state.value,
                 self._in_sync(),
                 self.incarnation,
                 self.epoch,
-                link,
+                source.link if source is not None else 0,
                 self._leads,
                 self.previous_epoch,
                 self.shared_identity.hex().upper() if self.shared_identity else "",
                 *self._ceiling(),
             )
         )
-        if not machine.partner_alive(now):
-            self._handle(Event.PEER_SILENT, now)
-        if source is not None and source.holding:
-            self._watch_partner(now)
 
     def _ceiling(self) -> Ceiling:
         """
@@ -592,10 +600,13 @@ class PairService(Service):
                 and self.machine.state is State.PASSIVE
                 and message.state == "active"
             ):
-                self.replica.heartbeat_link(message.link, now)
+                self.replica.heartbeat_link(message.link, now, message.in_sync)
             return
         if self.source is not None:
+            was_in_sync = self.source.in_sync
             self.source.receive(message)
+            if self.source.in_sync and not was_in_sync:
+                self._send_heartbeat()  # the partner may take over from now on: tell it at once
         elif self.replica is not None:
             self.replica.receive(message)
 

@@ -114,7 +114,7 @@ async def formed(active: Member, passive: Member) -> None:
         lambda: (
             active.pair.machine.state is State.ACTIVE
             and passive.pair.replica is not None
-            and passive.pair.replica.in_sync
+            and passive.pair.replica.may_take_over
             and active.pair.source is not None
             and active.pair.source.in_sync
         )
@@ -349,6 +349,25 @@ class PairServiceTests(TestCase):
         assert isinstance(record, mlm.MailboxRecord)
         self.assertEqual((record.id, record.content), (stored.id, [b"kept"]))
 
+    async def test_newerHistoryWaitsForTheOlderActiveToYield(self) -> None:
+        """
+        The backup took over and acknowledged a letter alone, then died;
+        started again, it hears the primary active in the history it took
+        over from (the primary refused its clients, cut off, meanwhile): it
+        stays starting (the primary, hearing it, yields) instead of going
+        passive and cutting back what it acknowledged (found by the soak).
+        """
+        await self.stored_by_backup_alone(b"kept")
+        await self.backup.stop()
+        self.backup.start(self.context)
+        pair = self.backup.pair
+        older = pair.previous_epoch
+        self.assertNotEqual(older, "")
+        pair.link.pauseReading()  # only the heartbeat below is heard
+        pair._received(wire.Heartbeat("primary", "active", True, "old", older, 0, True))
+        self.assertIs(pair.machine.state, State.STARTING)
+        self.assertIsNone(pair.replica)
+
     async def test_damagedPartnersNumbersNotGivenAgain(self) -> None:
         """
         The backup took over and gave letter ids of its own history, then
@@ -550,6 +569,41 @@ class PairServiceTests(TestCase):
         self.assertEqual(kept.get("served"), "0")
         self.backup.start(self.context)
         self.assertEqual(self.backup.pair.previous_epoch, "")
+
+    async def test_caughtUpUnheardMakesNoTakeover(self) -> None:
+        """
+        A passive whose CAUGHT_UP never reached the active (the link cut
+        just then) does not take over when the active falls silent and a
+        client turns to it: the active, which never held it in sync,
+        acknowledged without it (found by the soak: the passive took over,
+        the old active yielded, and what it acknowledged meanwhile was lost).
+        """
+        await self.started()
+        replica = self.backup.pair.replica
+        assert replica is not None
+        send = replica._send
+        replica._send = lambda message: (
+            not isinstance(message, wire.CaughtUp) and send(message)
+        )  # the CAUGHT_UP is lost on the way
+        replica.hello()
+        await until(lambda: replica.in_sync)
+        await settle(0.3)  # heartbeats: the active does not hold it in sync
+        source = self.primary.pair.source
+        assert source is not None
+        self.assertEqual((source.in_sync, source.holding), (False, False))
+        self.assertFalse(self.backup.pair.status().in_sync)
+        sender = self.peer(self.primary)
+        await sender.command(mlm.ConnectionOpen(version=2, address="sender"))
+        sender.send(mlm.MailboxSend("box", "alone", "", 0, [b"1"]))
+        stored = await sender.next()  # acknowledged without the passive
+        assert isinstance(stored, mlm.Stored)
+        self.assertEqual(stored.status_code, mlm.SUCCESS)
+        self.primary.pair.link.stop()  # silent from here on; it still serves
+        await settle(0.3)
+        refused = await self.peer(self.backup).command(mlm.ConnectionOpen(version=2))
+        assert isinstance(refused, mlm.Error)
+        self.assertEqual(refused.status_code, NOT_ACTIVE)
+        self.assertIs(self.backup.pair.machine.state, State.PASSIVE)
 
     async def test_partitionAloneMakesNoSecondActive(self) -> None:
         """

@@ -95,7 +95,7 @@ class PairIdentityTests(TestCase):
             lambda: (
                 self.primary.pair.machine.state is State.ACTIVE
                 and self.backup.pair.replica is not None
-                and self.backup.pair.replica.in_sync
+                and self.backup.pair.replica.may_take_over
                 and self.primary.pair.source is not None
                 and self.primary.pair.source.in_sync
             )

@@ -255,6 +255,20 @@ class StartingRowTests(SynchronousTestCase):
             )
             self.assertIs(machine.state, State.PASSIVE)
 
+    def test_peerActiveOlderHistory(self) -> None:
+        """
+        A starting broker whose journal took over from the history its
+        ACTIVE partner serves stays STARTING (the partner, hearing it, yields),
+        whatever its role: going passive would cut its newer history back.
+        """
+        for role in Role:
+            machine = machine_in(State.STARTING, role)
+            machine.heard(0.5)
+            self.assertEqual(
+                machine.handle(Event.PEER_ACTIVE, 0.5, peer_role=other(role), partner_older=True),
+                Transition(State.STARTING, ()),
+            )
+
     def test_peerPassive(self) -> None:
         """A starting broker of either role that hears a PASSIVE partner goes ACTIVE."""
         for role in Role:
@@ -601,7 +615,7 @@ class TableTests(SynchronousTestCase):
         self.assertEqual(
             lines[0], "starting + peer_starting [same role] -> report_same_role -> starting"
         )
-        self.assertIn("starting + peer_active -> become_passive -> passive", lines)
+        self.assertIn("starting + peer_active [otherwise] -> become_passive -> passive", lines)
         self.assertIn(
             "passive + client_request [partner silent, in sync]"
             " -> become_active, take_over, accept_client -> active",

@@ -341,6 +341,40 @@ class ReplicationTests(JournalPairCase):
 
         return self.run_async(run())
 
+    def test_takeover_waits_for_the_active_to_know(self) -> Deferred[None]:
+        """
+        A replica that caught up may take over only once the active's
+        heartbeat says it holds it in sync on the replica's link: while its
+        CAUGHT_UP has not reached the active (a cut link), the active
+        acknowledges without it, so a takeover would lose what it did.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.to_active.held = True  # nothing the passive says arrives
+            pair.replica.hello()
+            await self.until(lambda: bool(pair.to_active.waiting))
+            pair.source.receive(wire.decode(pair.to_active.waiting.pop()))  # but its HELLO
+            await self.until(lambda: pair.replica.in_sync)
+            link, now = pair.source.link, CLOCK.seconds()
+            self.assertFalse(pair.replica.may_take_over)
+            # The active's heartbeat: it does not hold its partner in sync.
+            pair.replica.heartbeat_link(link, now, pair.source.in_sync)
+            self.assertFalse(pair.replica.may_take_over)
+            results: list[JournalError | None] = []
+            self.store(active, 1, results)
+            await self.until(lambda: results == [None])  # acknowledged alone
+            pair.to_active.release()  # the CAUGHT_UP arrives
+            await self.until(lambda: pair.source.in_sync)
+            pair.replica.heartbeat_link(link, now, pair.source.in_sync)
+            self.assertTrue(pair.replica.may_take_over)
+            # A heartbeat of another link (a new catch-up) takes it back.
+            pair.replica.heartbeat_link(link + 2, now, True)
+            self.assertFalse(pair.replica.may_take_over)
+
+        return self.run_async(run())
+
     def test_async_does_not_wait(self) -> Deferred[None]:
         """In async mode an acknowledgement never waits for the partner."""
 
