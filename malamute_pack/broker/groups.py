@@ -74,6 +74,12 @@ MAX_PENDING_BYTES = 4 * 1024 * 1024
 # which can only make another home deliver more again, never skip).
 MAX_TAKEN = 65_536
 
+# How far below the position a member's own acknowledgements are remembered
+# (sequence numbers; at most two roaring containers, 16 KiB, per member): a
+# commit sent again (after a reconnection) of one of them is answered as
+# done; of a record another member acknowledged, refused.
+ACK_MEMORY = 65_536
+
 # The whence a member may join with: its group's position, or a reset.
 _RESETS = frozenset({mlm.RESUME, mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE})
 
@@ -199,9 +205,16 @@ class Group:
         self.holders: dict[str, list[Any]] = {}  # [Member, int]
         self.assigned = BitMap64()  # records assigned and not acknowledged
         self.acked = BitMap64()  # records acknowledged past the position
-        # Per member name, the records it acknowledged past the position (a
-        # commit of one again is answered as done; of any other, refused).
+        # Per member name, the records it acknowledged, past the position and
+        # up to ACK_MEMORY below it (a commit of one again is answered as
+        # done; of any other, refused: found by the soak, a record given back
+        # and acknowledged by another member was answered 200 to the member
+        # it was taken from, so two members had it acknowledged).
         self.acked_by: dict[str, BitMap64] = {}
+        # What was acknowledged at or below this number before this broker
+        # knew who acknowledged it (the group restored from its position,
+        # reset, or started): a commit of it is answered as done.
+        self.known_from = 0
         # Subjects waiting at a member that is not the one their hash picks
         # (they were being handled when a member joined): they move once
         # their member has acknowledged what it was sent of them.
@@ -271,11 +284,14 @@ class Group:
         acked = self.acked
         if acked and acked.min() <= floor:
             acked.remove_range(0, floor + 1)
+        forget = floor + 1 - ACK_MEMORY
+        if forget > 0:
             by = self.acked_by
             for name, mine in list(by.items()):
-                mine.remove_range(0, floor + 1)
-                if not mine:
-                    del by[name]
+                if mine.min() < forget:
+                    mine.remove_range(0, forget)
+                    if not mine:
+                        del by[name]
         data = acked.serialize() if acked else b""
         taken = self.taken
         if taken:
@@ -287,7 +303,7 @@ class Group:
         return ConsumerPosition(self.stream, GROUP, self.name, floor, data, updated, self.owner)
 
     def restore(self, position: ConsumerPosition) -> None:
-        self.seen = position.seq
+        self.seen = self.known_from = position.seq
         self.acked = BitMap64.deserialize(position.acked) if position.acked else BitMap64()
 
     # Taking records (the group's reader)
@@ -416,11 +432,20 @@ class Group:
         return given
 
     def acknowledged_by(self, member: Member, seq: int) -> bool:
-        """Whether C{seq} is acknowledged for C{member} (by it, or below the position)."""
-        if seq <= self.floor:
-            return True
+        """
+        Whether C{member} acknowledged C{seq} (a commit of it again is done):
+        it did, as remembered; or it is older than this broker's memory of
+        who did (L{known_from}, L{ACK_MEMORY}); or, in a pack, it is below
+        the position (a group there is at least once across homes, and
+        records another home acknowledged are passed over unremembered).
+        """
         mine = self.acked_by.get(member.name)
-        return mine is not None and seq in mine
+        if mine is not None and seq in mine:
+            return True
+        floor = self.floor
+        if seq > floor:
+            return False
+        return self.taken is not None or seq <= self.known_from or seq <= floor - ACK_MEMORY
 
     def acknowledge(self, member: Member, upto: int) -> None:
         """
@@ -564,7 +589,7 @@ class Groups:
             if known is not None:
                 group.restore(known)
             else:
-                group.seen = store.first_seq(stream) - 1
+                group.seen = group.known_from = store.first_seq(stream) - 1
             if self.remote is not None:
                 group.covers = partial(self.remote.covers, stream)
                 group.track_origins(self.remote.acknowledged(stream, name))
@@ -608,6 +633,7 @@ class Groups:
     def _reset(self, group: Group, whence: int, position: int, store: Store) -> None:
         stream = group.stream
         group.acked = BitMap64()
+        group.acked_by = {}
         if group.taken is not None and self.remote is not None:
             # What was acknowledged anywhere before counts no more.
             group.track_origins(None)
@@ -620,6 +646,7 @@ class Groups:
             group.seen = store.first_seq(stream) - 1
         else:
             group.seen = max(1, position) - 1
+        group.known_from = group.seen
 
     def leave(self, connection: Connection, stream: str) -> None:
         """C{connection} stopped reading C{stream}: it leaves its group there."""
@@ -652,8 +679,8 @@ class Groups:
     def commit(self, connection: Connection, message: mlm.StreamCommit) -> None:
         """
         A member acknowledges record C{message.sequence} and those it was
-        sent before it. A record it was never sent (above the group's
-        position, and not acknowledged by it before) is refused: 300.
+        sent before it. A record it was never sent, or not acknowledged by
+        it before (L{Group.acknowledged_by}), is refused: 300.
         """
         stream, upto = message.stream, message.sequence
         group, member = self._members[(connection, stream)]

@@ -390,6 +390,41 @@ class CommitTests(GroupTestCase):
             self.h.settle()
             self.assertEqual(committed(self.h.take(MEMBERS[0])), [(mine, 200)])
 
+    def test_commitOfRecordGivenBackAndAcknowledgedRefused(self) -> None:
+        """
+        A member leaves; the records it was sent go to the other member,
+        which acknowledges them. The member, back, commits one of them (a
+        commit sent again after a reconnection): answered 300, though it is
+        below the group's position, since another member acknowledged it
+        (found by the soak: two members had one record acknowledged); its
+        commit of a record it acknowledged itself before is answered 200.
+        """
+        self.join(MEMBERS[0])
+        self.join(MEMBERS[1])
+        self.write(40, subjects=8)
+        self.collect()
+        sent = [seq for seq, _ in self.got[MEMBERS[0]]]
+        self.h.send(MEMBERS[0], mlm.StreamCommit("s", sent[0]))
+        self.h.settle()
+        self.assertEqual(committed(self.h.take(MEMBERS[0])), [(sent[0], 200)])
+        self.h.send(MEMBERS[0], mlm.StreamCancel("s"))  # it leaves: its records go to m2
+        self.h.settle()
+        self.h.take(MEMBERS[0])
+        self.collect()
+        taken = [seq for seq, _ in self.got[MEMBERS[1]]]
+        self.assertTrue(set(sent[1:]) <= set(taken))
+        self.h.send(MEMBERS[1], mlm.StreamCommit("s", taken[-1]))
+        self.h.settle()
+        self.assertEqual(committed(self.h.take(MEMBERS[1])), [(taken[-1], 200)])
+        group = self.h.broker.consumers.groups.groups[("s", "g")]
+        self.assertEqual(group.floor, 40)
+        answer = self.h.command(MEMBERS[0], mlm.StreamConsume("s", "", "m1", "g"))
+        self.assertEqual(answer[:1], [mlm.Ok()])
+        for seq, code in ((sent[-1], 300), (sent[0], 200)):
+            self.h.send(MEMBERS[0], mlm.StreamCommit("s", seq))
+            self.h.settle()
+            self.assertEqual(committed(self.h.take(MEMBERS[0])), [(seq, code)])
+
 
 class MembershipTests(GroupTestCase):
     limits = Limits(group_lease=0, max_subscriptions=3)
