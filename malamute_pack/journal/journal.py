@@ -999,6 +999,14 @@ class Journal:
         self._sequence.number_past(ceiling)
         return self.execute(
             [
+                # Numbers this journal never gives: a salvage counts none of them lost.
+                (
+                    "INSERT INTO stream_skips (stream, first_seq, last_seq)"
+                    " SELECT stream, last_seq + 1, ?1 FROM streams WHERE last_seq < ?1"
+                    " ON CONFLICT (stream, first_seq)"
+                    " DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
+                    (ceiling.streams,),
+                ),
                 ("UPDATE streams SET last_seq = max(last_seq, ?)", (ceiling.streams,)),
                 (RAISE_COUNTER, (STREAM_FLOOR, ceiling.streams)),
                 (RAISE_COUNTER, (QUEUED_LAST_ID, ceiling.letters)),

@@ -45,6 +45,7 @@ from malamute_pack.journal.identity import (
 from malamute_pack.journal.salvage import Salvage, finish_interrupted, salvage
 from malamute_pack.journal.scan import describe
 from malamute_pack.journal.schema import (
+    ADD_SKIP,
     QUEUED_LAST_ID,
     RUNNING,
     STREAM_FLOOR,
@@ -274,6 +275,7 @@ def recover(
             stream: (first if first <= last else last + crash_skip + 1, last + crash_skip)
             for stream, (first, last) in streams.items()
         }
+        _note_skips(conn, lasts, streams, crash_skip)
         last_id += crash_skip
         if floor < crash_skip:
             floor = crash_skip
@@ -306,6 +308,25 @@ def recover(
         found,
     )
     return recovered, crashed, last_id
+
+
+def _note_skips(
+    conn: sqlite3.Connection,
+    lasts: dict[str, int],
+    streams: dict[str, tuple[int, int]],
+    crash_skip: int,
+) -> None:
+    """
+    Record that each stream skips the C{crash_skip} numbers past its last
+    (a salvage does not count them as lost), and forget the skips below a
+    stream's first retained record or of a stream that is gone.
+    """
+    conn.executemany(ADD_SKIP, [(s, last + 1, last + crash_skip) for s, last in lasts.items()])
+    conn.executemany(
+        "DELETE FROM stream_skips WHERE stream = ? AND last_seq < ?",
+        [(stream, first) for stream, (first, _) in streams.items()],
+    )
+    conn.execute("DELETE FROM stream_skips WHERE stream NOT IN (SELECT stream FROM streams)")
 
 
 def _counter(conn: sqlite3.Connection, name: str) -> int:

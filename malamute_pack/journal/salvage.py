@@ -16,7 +16,9 @@ read and verifies, and a report of exactly what could not be saved.
    index still lists (or the stretches of it that cannot be read) and
    that were not copied, the numbers between the records saved around
    each record that could not be (records are written in the order of
-   their numbers, so the rowid order tells), and the letters by id. The lost stretches go into
+   their numbers, so the rowid order tells), less the numbers the stream
+   skipped (``stream_skips``: never given to a record), and the letters
+   by id. The lost stretches go into
    ``journal_losses``, so that every read of them tells its reader of a
    gap (:mod:`malamute_pack.journal.damage`), and a pair's catch-up fills
    them from the partner (:mod:`malamute_pack.pair.replication`).
@@ -58,7 +60,7 @@ from malamute_pack.journal.scan import (
     Unreadable,
     next_readable,
 )
-from malamute_pack.journal.schema import QUEUED_LAST_ID, RUNNING, STREAM_FLOOR, migrate
+from malamute_pack.journal.schema import ADD_SKIP, QUEUED_LAST_ID, RUNNING, STREAM_FLOOR, migrate
 from malamute_pack.journal.verify import letter_good, sane_record
 from malamute_pack.text import plural
 
@@ -454,6 +456,8 @@ class _Copier:
         self.keys_seen: dict[str, int] = {}
         self.counters: dict[str, int] = {}
         self.last_id = 0
+        # Per stream, the numbers it skipped (never given to a committed record).
+        self.skips: dict[str, Runs] = {}
 
     def _unreadable(self, table: str, n: int = 1) -> None:
         self._report.unreadable[table] = self._report.unreadable.get(table, 0) + n
@@ -465,6 +469,7 @@ class _Copier:
         self._identity(source)
         self._streams(source)
         self._records(source)
+        self._skips(source)
         self._keys(source)
         self._letters(source)
         self._counters(source)
@@ -567,6 +572,27 @@ class _Copier:
             self.missing.setdefault(stream, []).append([after + 1, seq - 1])
         self.last_seen[stream] = seq
 
+    def _skips(self, source: sqlite3.Connection) -> None:
+        """
+        The numbers each stream skipped, copied: not lost (an unreadable
+        one is counted lost if nothing else shows it was skipped).
+        """
+        if _columns(source, "stream_skips") is None:
+            return
+        copied = 0
+        for item in RowidScan(source, "stream_skips", "stream, first_seq, last_seq"):
+            if isinstance(item, Unreadable):
+                self._unreadable("stream_skips")
+                continue
+            _, stream, first, last = item
+            if not (isinstance(stream, str) and isinstance(first, int) and isinstance(last, int)):
+                self._unreadable("stream_skips")
+                continue
+            self._target.execute(ADD_SKIP, (stream, first, last))
+            self.skips.setdefault(stream, []).append([first, last])
+            copied += 1
+        self._count("stream_skips", copied)
+
     def _keys(self, source: sqlite3.Connection) -> None:
         """Every stream's keys in its index: those not copied were lost."""
         names = set(self.streams) | set(self.copied)
@@ -605,7 +631,7 @@ class _Copier:
         high = self._high(stream)
         maybe = stretches + self.missing.get(stream, [])
         wanted = _merged(listed + [[a, min(b, high)] for a, b in maybe if a <= high])
-        lost = list(_minus(wanted, copied))
+        lost = list(_minus(wanted, _merged(copied + self.skips.get(stream, []))))
         if lost:
             self._report.lost[stream] = lost
 

@@ -49,6 +49,10 @@ Tables:
 - ``journal_losses``: the ranges of stream records a salvage of a damaged
   journal could not copy (:mod:`malamute_pack.journal.salvage`), with when
   and why; reads tell their readers of them as gaps.
+- ``stream_skips``: the ranges of sequence numbers a stream jumped over,
+  never given to a committed record (numbering past a crash or a takeover,
+  or past what a pair's partner may have given), down to the stream's
+  first retained record: a salvage does not count them as lost.
 - ``pair_state``: named values of a broker in a primary/backup pair
   (:mod:`malamute_pack.pair`): the epoch this journal follows or leads,
   its leader, and where the last takeover began (JSON).
@@ -255,6 +259,28 @@ def _add_losses(db: Database) -> None:
     )
 
 
+def _add_skips(db: Database) -> None:
+    # The numbers a stream jumped over (after a crash, a takeover, or past a
+    # pair partner's): a salvage does not count them as lost (found by the
+    # soak: a salvaged journal that held the pair's newer history reported
+    # its takeover's jump as a million records lost, claimed no history,
+    # and what it had acknowledged was cut back).
+    db.table("stream_skips").create(
+        {"stream": str, "first_seq": int, "last_seq": int},
+        pk=("stream", "first_seq"),
+        not_null={"stream", "first_seq", "last_seq"},
+        strict=True,
+    )
+
+
+# Records that C{stream} (?1) skips the numbers from ?2 to ?3 (it merges
+# with a skip of the same start).
+ADD_SKIP: Final = (
+    "INSERT INTO stream_skips (stream, first_seq, last_seq) VALUES (?, ?, ?) "
+    "ON CONFLICT (stream, first_seq) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
+)
+
+
 # Raises a named counter of journal_counters to a value (never lowers it).
 RAISE_COUNTER: Final = (
     "INSERT INTO journal_counters (name, value) VALUES (?, ?) "
@@ -288,6 +314,7 @@ MIGRATIONS: Final[Sequence[Migration]] = (
     _add_checksums,
     _add_losses,
     _ids_past_creation,
+    _add_skips,
 )
 
 

@@ -8,6 +8,9 @@ ceiling (kept across a restart); through the journal
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -78,7 +81,8 @@ class NumberPastTests(TestCase):
         After number_past(C{n}, C{m}) every stream, known or new, numbers
         past C{n} and every letter past C{m}; so does the journal opened
         again after a clean close; numbering_ceiling says the highest stream
-        number and letter id it may have given.
+        number and letter id it may have given; the numbers each stream passed
+        over are recorded as skipped.
         """
         path = new_path(self)
         journal, _ = open_journal(self, path)
@@ -88,6 +92,10 @@ class NumberPastTests(TestCase):
         self.assertEqual(journal.numbering_ceiling(), Ceiling(9, letters))
         yield journal.number_past(Ceiling(100, letters + 50))
         self.assertEqual(journal.numbering_ceiling(), Ceiling(100, letters + 50))
+        # The numbers passed over are never given: a salvage counts none lost.
+        with closing(sqlite3.connect(path)) as conn:
+            skips = conn.execute("SELECT * FROM stream_skips ORDER BY stream").fetchall()
+        self.assertEqual(skips, [("big", 10, 100), ("small", 3, 100)])
         self.assertEqual(append(journal, "small", 1), [101])
         self.assertEqual(append(journal, "new", 1), [101])
         yield journal.close()
