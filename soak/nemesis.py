@@ -29,7 +29,11 @@ broker, two cuts on one link, two unpluggings of one port; at most one
 broker of a pair is damaged at a time, and while it is (and for
 L{CATCH_UP} seconds after it is started again, time to catch up from its
 partner) its partner is not stopped, paused or damaged; every fault ends
-before the soak does.
+before the soak does. The schedule cannot foresee a broker that stops by
+itself (below): a damage whose broker's partner is down, or was started
+again less than L{CATCH_UP} seconds ago, when it comes, is done as a kill
+alone (L{catching_up}): the damaged journal may hold the only copy of what
+it acknowledged while its partner was away, which no broker can keep.
 
 A broker that exits by itself (a pair's backup that found itself a second
 active exits on purpose, status 75) is started again after a second, as
@@ -135,6 +139,15 @@ class Fault:
             "target": list(self.target),
             "params": self.params,
         }
+
+
+def catching_up(launched_at: float | None, alive: bool, now: float) -> bool:
+    """
+    Whether a pair's partner may lack what its broker acknowledged while it
+    was away: it is down, or was started less than L{CATCH_UP} seconds ago
+    (C{launched_at}, None if the soak started it) and may still be catching up.
+    """
+    return not alive or (launched_at is not None and now - launched_at < CATCH_UP)
 
 
 def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -280,6 +293,7 @@ class _BrokerState:
     paused: set[int] = field(default_factory=set)
     damaged: bool = False
     relaunch_at: float | None = None
+    launched_at: float | None = None  # when the nemesis last started it
     exits: int = 0
 
 
@@ -359,7 +373,16 @@ class Nemesis:
                 detail["was_running"] = cluster.alive(name)
                 cluster.kill(name)
             if fault.kind == "damage":
-                detail.update(self.damage(name, fault.params))
+                partner = cluster.layout.broker(name).partner
+                if partner is not None and catching_up(
+                    self.state[partner].launched_at, cluster.alive(partner), self.now()
+                ):
+                    detail["damage"] = (
+                        f"not done: its partner {partner} is down or catching up from it"
+                        " (started again by itself), so its journal may be the only copy"
+                    )
+                else:
+                    detail.update(self.damage(name, fault.params))
         elif fault.kind == "pause":
             name = target[0]
             detail["was_running"] = cluster.pause(name)
@@ -412,6 +435,7 @@ class Nemesis:
     def launch(self, name: str) -> None:
         self.cluster.launch(name)
         self.state[name].relaunch_at = None
+        self.state[name].launched_at = self.now()
         self.note("launch", broker=name)
 
     def supervise(self) -> None:

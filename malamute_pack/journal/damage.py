@@ -19,7 +19,7 @@ Tests: ``tests/unit/test_journal_damage.py``.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from twisted.logger import Logger
@@ -60,6 +60,38 @@ class Damage:
         for stream in list(self._firsts) if streams is None else streams:
             self._firsts.pop(stream, None)
             self._lasts.pop(stream, None)
+
+    def replaced(
+        self, stream: str, first: int, last: int, still: Iterable[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """
+        C{stream}'s stretches, in order, if those in C{first}..C{last}
+        became C{still} (within it): the rest filled again (copied from a
+        pair's partner). Nothing changes here (L{put}).
+        """
+        pieces: list[tuple[int, int]] = list(still)
+        for a, b in zip(self._firsts.get(stream, []), self._lasts.get(stream, []), strict=True):
+            if a < first:
+                pieces.append((a, min(b, first - 1)))
+            if b > last:
+                pieces.append((max(a, last + 1), b))
+        return sorted(pieces)
+
+    def put(self, stream: str, stretches: Sequence[tuple[int, int]]) -> None:
+        """C{stream}'s stretches are C{stretches} (sorted, disjoint) from now on."""
+        if stretches:
+            self._firsts[stream] = [a for a, _ in stretches]
+            self._lasts[stream] = [b for _, b in stretches]
+        else:
+            self.clear([stream])
+
+    def stretches(self) -> dict[str, list[tuple[int, int]]]:
+        """Every stretch of every stream, in order."""
+        return {
+            stream: list(zip(firsts, self._lasts[stream], strict=True))
+            for stream, firsts in self._firsts.items()
+            if firsts
+        }
 
     def losses(self) -> dict[str, int]:
         """Per stream with a stretch, the first number it cannot serve."""

@@ -67,7 +67,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
@@ -76,10 +76,12 @@ from twisted.python.failure import Failure
 
 from malamute_pack.journal import reads
 from malamute_pack.journal.backlog import Backlog
+from malamute_pack.journal.checksums import with_checksums
 from malamute_pack.journal.config import JournalConfig
 from malamute_pack.journal.damage import Damage
 from malamute_pack.journal.errors import JournalError
 from malamute_pack.journal.handover import HandOver, JournalCounters
+from malamute_pack.journal.inserts import INSERT_STREAM
 from malamute_pack.journal.last_values import Capture
 from malamute_pack.journal.opening import Recovered, open_journal
 from malamute_pack.journal.pruning import Pruning
@@ -118,6 +120,14 @@ _log = Logger()
 
 Rows = list[tuple[Any, ...]]
 T = TypeVar("T")
+
+# A record lost to damage and copied again from a pair's partner (one
+# already there stays), and its stream's totals after a page of them.
+_REFILL_ROW: Final = INSERT_STREAM.replace("INSERT", "INSERT OR IGNORE", 1)
+_REFILL_COUNTS: Final = (
+    "UPDATE streams SET message_count = message_count + ?, total_bytes = total_bytes + ?"
+    " WHERE stream = ?"
+)
 
 
 class _ThreadedReactor(Protocol):
@@ -527,6 +537,50 @@ class Journal:
         return self.execute(
             [("DELETE FROM journal_losses WHERE stream = ?", (stream,)) for stream in streams]
         )
+
+    def loss_stretches(self) -> dict[str, list[tuple[int, int]]]:
+        """Per stream, every stretch it cannot serve (L{lost}), in order."""
+        return self._damage.stretches()
+
+    def refill(
+        self,
+        stream: str,
+        first: int,
+        last: int,
+        rows: Sequence[StreamRow],
+        still: Sequence[tuple[int, int]],
+    ) -> Deferred[list[Rows]]:
+        """
+        Records of C{stream} this journal had lost, C{rows} (all in
+        C{first}..C{last}), copied again from a pair's partner: written
+        (with their checksums, not shipped), and the losses in
+        C{first}..C{last} become C{still} (what the partner lacked too),
+        in the file and, once written, here.
+        """
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            (_REFILL_ROW, row) for row in with_checksums(rows)
+        ]
+        if rows:
+            size = sum(row[6] for row in rows)
+            statements.append((_REFILL_COUNTS, (len(rows), size, stream)))
+        after = self._damage.replaced(stream, first, last, still)
+        now = self._clock.seconds()
+        statements.append(("DELETE FROM journal_losses WHERE stream = ?", (stream,)))
+        statements += [
+            (
+                "INSERT INTO journal_losses (stream, first_seq, last_seq, found, reason)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (stream, a, b, now, "lost to damage; the pair's partner did not have it"),
+            )
+            for a, b in after
+        ]
+        writing = self.execute(statements)
+
+        def written(result: list[Rows]) -> list[Rows]:
+            self._damage.put(stream, after)
+            return result
+
+        return writing.addCallback(written)
 
     def seq_at_time(self, stream: str, t: float) -> Deferred[int]:
         """The first seq of ``stream`` with timestamp >= ``t`` (last_seq + 1 if none)."""

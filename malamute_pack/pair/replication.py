@@ -56,7 +56,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final
@@ -263,6 +263,17 @@ def _operation(change: wire.Change) -> WriteOp | None:
     return None
 
 
+def _missing(first: int, last: int, held: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """The stretches of C{first}..C{last} that C{held} (sorted numbers) leaves out."""
+    start = first
+    for seq in held:
+        if seq > start:
+            yield (start, seq - 1)
+        start = max(start, seq + 1)
+    if start <= last:
+        yield (start, last)
+
+
 def unwritten(ops: list[WriteOp]) -> wire.Unwritten:
     """What C{ops}, shipped and then not written (their batch failed), put on a partner."""
     rows: list[tuple[str, int, int]] = []
@@ -393,6 +404,11 @@ class ReplicationSource:
         # The clients' security state in force here (None: no client
         # authenticates), sent at each catch-up.
         self.security: Callable[[], wire.ClientSecurity | None] = lambda: None
+        # What this journal lost to damage, asked of the partner once it is
+        # in sync, one stretch at a time, a page at a time: (stream, first,
+        # last), and where the next page starts.
+        self._refills: deque[tuple[str, int, int]] = deque()
+        self._refill_from = 0
         journal.shipper = self._ship
         journal.on_unwritten = self._unwritten
 
@@ -417,6 +433,8 @@ class ReplicationSource:
             self.ack(message)
         elif isinstance(message, wire.CaughtUp):
             self.caught_up(message)
+        elif isinstance(message, wire.Refill):
+            self.refilled(message)
 
     def hello(self, hello: wire.Hello) -> None:
         """
@@ -477,6 +495,68 @@ class ReplicationSource:
             "pair: the partner is in sync (replication {mode})",
             mode="sync" if self.sync else "async",
         )
+        self._refills = deque(
+            (stream, first, last)
+            for stream, stretches in sorted(self._journal.loss_stretches().items())
+            for first, last in stretches
+        )
+        self._refill_from = 0
+        self._ask_refill()
+
+    # Refilling what this journal lost to damage from the partner's copy.
+
+    def _ask_refill(self) -> None:
+        """Ask the partner for the next stretch this journal lost (or the rest of it)."""
+        if not self._refills or not self.link:
+            return
+        stream, first, last = self._refills[0]
+        if self._refill_from < first:
+            self._refill_from = first
+            _log.info(
+                "pair: this journal lost records {first}-{last} of stream {stream!r} to"
+                " damage: asking the partner for them",
+                first=first,
+                last=last,
+                stream=stream,
+            )
+        self._send(wire.RefillAsk(self.link, stream, self._refill_from, last))
+
+    def refilled(self, message: wire.Refill) -> None:
+        """
+        A page of the partner's records of a stretch this journal lost:
+        written, and the losses it covers become what the partner lacked
+        too; then the next page or stretch is asked for.
+        """
+        if message.link != self.link or not self.link or not self._refills:
+            return
+        stream, first, last = self._refills[0]
+        start = self._refill_from
+        if message.stream != stream or message.first != start or message.through < start:
+            return  # an answer to an earlier ask
+        through = min(message.through, last)
+        rows = [
+            change
+            for change in message.changes
+            if type(change) is tuple and change[0] == stream and start <= change[1] <= through
+        ]
+        still = list(_missing(start, through, [row[1] for row in rows]))
+        link = self.link
+        writing = self._journal.refill(stream, start, through, rows, still)
+        # The next page once this one is written (each works out the losses left from the last).
+        writing.addCallback(lambda _: self._ask_refill() if link == self.link else None)
+        writing.addErrback(self._failed, link, "writing the records copied back")
+        if through < last:
+            self._refill_from = through + 1
+        else:
+            self._refills.popleft()
+            self._refill_from = 0
+            _log.info(
+                "pair: the records of stream {stream!r} this journal lost ({first}-{last})"
+                " that the partner had were copied back",
+                stream=stream,
+                first=first,
+                last=last,
+            )
 
     def partner_gone(self, why: str = "") -> None:
         """
@@ -824,6 +904,8 @@ class Replica:
             self.begin(message)
         elif isinstance(message, wire.CatchupEnd):
             self.end(message)
+        elif isinstance(message, wire.RefillAsk):
+            self.refill_asked(message)
 
     def begin(self, message: wire.CatchupBegin) -> None:
         if self._stopped:
@@ -1026,6 +1108,31 @@ class Replica:
             install(change)
         except ValueError as e:
             _log.error("pair: the active's clients' security state is not installed: {e}", e=e)
+
+    def refill_asked(self, message: wire.RefillAsk) -> None:
+        """
+        The active lost records to damage: send those of C{message}'s
+        stretch this journal holds, a page at a time (once caught up, and
+        only on this link).
+        """
+        if message.link != self.link or not self.link or not self.in_sync:
+            return
+        if message.first > message.last:
+            return
+        reading = self._journal.read_stream_rows(
+            message.stream, message.first, message.last, ITEMS_ROWS
+        )
+        reading.addCallback(self._send_refill, message)
+        reading.addErrback(self._hello_failed)
+
+    def _send_refill(self, rows: list[StreamRow], asked: wire.RefillAsk) -> None:
+        if asked.link != self.link:
+            return
+        # A full page ends at its last record; a short one covers the stretch.
+        through = rows[-1][1] if len(rows) >= ITEMS_ROWS else asked.last
+        self._send(
+            wire.Refill(asked.link, asked.stream, asked.first, through, list[wire.Change](rows))
+        )
 
     def end(self, message: wire.CatchupEnd) -> None:
         if message.link != self.link or self.link == 0:

@@ -253,9 +253,11 @@ class PairService(Service):
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
         self._recovered = found
-        # A journal that lost records (a damaged file, salvaged) leads no
-        # history: its partner's copy is the whole one.
-        self._leads = found.pair.get(LEADER) == self.role.value and not found.losses
+        # A journal that lost records (a damaged file, salvaged) still leads
+        # the history it led: serving, it copies what it lost back from its
+        # partner once that is in sync (found by the soak: the older copy
+        # served instead, and what only this one held was cut back).
+        self._leads = found.pair.get(LEADER) == self.role.value
         # No history yet (never paired): nothing a partner acknowledged to lack.
         self._fresh = not found.pair.get(EPOCH) and not found.losses
 
@@ -364,18 +366,13 @@ class PairService(Service):
         starting brokers, the one that took over from the other's history
         serves, even if it stopped leading when its partner fell silent:
         found by the soak, the older one served and the newer's records
-        acknowledged alone were cut back). A journal that lost records to
-        damage claims nothing: its partner's copy may be the whole one.
+        acknowledged alone were cut back). So does a journal that lost
+        records to damage: serving, it copies them back from its partner.
         """
         if self.source is not None:
             return self.source.history.previous
         found = self._recovered
-        if (
-            self.replica is None
-            and found is not None
-            and not found.losses
-            and found.pair.get(SERVED, "1") == "1"
-        ):
+        if self.replica is None and found is not None and found.pair.get(SERVED, "1") == "1":
             return found.pair.get(PREVIOUS_EPOCH, "")
         return ""
 
@@ -411,9 +408,10 @@ class PairService(Service):
 
     def _ceiling(self) -> Ceiling:
         """
-        The numbers this broker's journal may have given, while it claims no
-        history because it lost records to damage (0 otherwise): the broker
-        that serves instead numbers past them, so that none is given twice.
+        The numbers this broker's journal may have given, while it starts
+        with a journal that lost records to damage (0 otherwise): the salvage
+        cannot tell what it had past them, so if the partner serves instead
+        it numbers past them, and none is given twice.
         """
         found = self._recovered
         if self.source is None and self.replica is None and found is not None and found.losses:

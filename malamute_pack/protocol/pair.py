@@ -31,8 +31,10 @@ to HEARTBEAT the history an active took over from (of two actives, the
 newer serves) and the pack identity the pair shares; version 6, the
 numbers a journal that lost records to damage may have given (its
 ceiling: the broker that serves numbers past it), and the change U;
-version 7 (this one) gives that ceiling for stream numbers and for letter
-ids apart (a journal's letter ids start past its creation time).
+version 7 gives that ceiling for stream numbers and for letter
+ids apart (a journal's letter ids start past its creation time); version 8
+(this one) added REFILL_ASK and REFILL: an active whose journal lost
+records to damage (salvaged) asks its caught-up passive for them.
 Brokers of other versions cannot pair with it: each refuses the other's
 messages, naming both versions.
 
@@ -52,6 +54,9 @@ ITEMS (5)          active      link; changes (catch-up, no position)
 CATCHUP_END (6)    active      link, position
 CAUGHT_UP (7)      passive     link, position
 ACK (8)            passive     link, position, ITEMS applied
+REFILL_ASK (9)     active      link, stream, first, last: records it lost
+REFILL (10)        passive     link, stream, first, through; the records it
+                               holds of first..through (rows), in order
 =================  ==========  ============================================
 
 Tests: ``tests/unit/test_protocol_pair.py``.
@@ -76,7 +81,7 @@ from malamute_pack.protocol.rowblock import decode_rows, encode_rows
 
 SIGNATURE: Final = b"MP"
 # The link's version: brokers of a pair must speak the same one.
-VERSION: Final = 7
+VERSION: Final = 8
 
 # Catch-up modes: what the passive keeps of its own journal.
 INCREMENTAL: Final = 0  # it follows this history: keep it all
@@ -165,6 +170,30 @@ class Ack:
     link: int
     position: int
     items: int = 0  # catch-up ITEMS applied on this link
+
+
+@dataclass(frozen=True, slots=True)
+class RefillAsk:
+    """The active's journal lost records C{first}..C{last} of C{stream}: send those held."""
+
+    link: int
+    stream: str
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refill:
+    """
+    The records of C{stream} from C{first} to C{through} the passive holds
+    (C{changes}: stream rows, in order; the others there it lacks too).
+    """
+
+    link: int
+    stream: str
+    first: int
+    through: int
+    changes: list[Change]
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +322,19 @@ Change: TypeAlias = (
     | Unwritten
 )
 PairMessage: TypeAlias = (
-    Heartbeat | Hello | CatchupBegin | Ship | Items | CatchupEnd | CaughtUp | Ack
+    Heartbeat
+    | Hello
+    | CatchupBegin
+    | Ship
+    | Items
+    | CatchupEnd
+    | CaughtUp
+    | Ack
+    | RefillAsk
+    | Refill
 )
 
-_HEARTBEAT, _HELLO, _BEGIN, _SHIP, _ITEMS, _END, _CAUGHT_UP, _ACK = range(1, 9)
+_HEARTBEAT, _HELLO, _BEGIN, _SHIP, _ITEMS, _END, _CAUGHT_UP, _ACK, _ASK, _REFILL = range(1, 11)
 _ROW, _LETTER, _REMOVED, _APPENDED, _KEY = b"RQDAK"
 _OWNER, _OWNERS, _DELETED, _RETENTION, _SECURITY = b"OPXTS"
 _CONSUMER = ord("C")
@@ -537,6 +575,19 @@ _CODEC: Final[zproto.Codec[PairMessage]] = zproto.Codec(
         zproto.Spec(_END, "CATCHUP_END", CatchupEnd, _POSITION),
         zproto.Spec(_CAUGHT_UP, "CAUGHT_UP", CaughtUp, _POSITION),
         zproto.Spec(_ACK, "ACK", Ack, (*_POSITION, ("items", zproto.NUMBER8))),
+        zproto.Spec(
+            _ASK,
+            "REFILL_ASK",
+            RefillAsk,
+            (*_LINK, ("stream", _TEXT), ("first", zproto.NUMBER8), ("last", zproto.NUMBER8)),
+        ),
+        zproto.Spec(
+            _REFILL,
+            "REFILL",
+            Refill,
+            (*_LINK, ("stream", _TEXT), ("first", zproto.NUMBER8), ("through", zproto.NUMBER8)),
+            ("changes", _CHANGE_FRAMES),
+        ),
     ],
     signature=SIGNATURE,
     version=VERSION,

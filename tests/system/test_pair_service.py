@@ -204,12 +204,20 @@ class PairServiceTests(TestCase):
         await formed(self.primary, self.backup)
         return others
 
-    async def stored_by_backup_alone(self, body: bytes) -> mlm.Stored:
+    async def stored_by_backup_alone(self, body: bytes, records: int = 0) -> mlm.Stored:
         """
-        Once the pair formed, the primary stops and the backup, taking over
-        for a client, stores a letter with C{body} alone: its STORED.
+        Once the pair formed (and the primary wrote C{records} records of
+        stream C{orders}, both in sync), the primary stops and the backup,
+        taking over for a client, stores a letter with C{body} alone: its
+        STORED.
         """
         await self.started()
+        if records:
+            for n in range(records):
+                self.primary.journal.append_stream("orders", "w", "s", [b"r%d" % n], 1.0)
+            await self.primary.journal.flush()
+            await until(lambda: self.backup.journal.last_seq("orders") == records)
+            await self.backup.journal.flush()
         await self.primary.stop()
         await settle(0.3)
         writer = self.peer(self.backup)
@@ -368,19 +376,66 @@ class PairServiceTests(TestCase):
         self.assertIs(pair.machine.state, State.STARTING)
         self.assertIsNone(pair.replica)
 
+    async def test_damagedNewerJournalServesAndRefills(self) -> None:
+        """
+        The backup took over and acknowledged a letter alone, then its
+        journal lost records of the primary's history to damage (a
+        salvage's losses): when both restart it still serves (its history
+        is the newer), the letter is delivered, and once the primary is in
+        sync the lost records are copied back from it, with no loss left
+        (found by the soak: the primary served its older history, and what
+        the backup acknowledged alone was cut back).
+        """
+        stored = await self.stored_by_backup_alone(b"kept", records=5)
+        await self.backup.stop()
+        path = self.backup.settings.data_dir / "journal.sqlite"
+        with closing(sqlite3.connect(path)) as conn:
+            conn.execute(
+                "DELETE FROM stream_messages WHERE stream = 'orders' AND seq BETWEEN 2 AND 4"
+            )
+            conn.execute("UPDATE streams SET message_count = 2 WHERE stream = 'orders'")
+            conn.execute("INSERT INTO journal_losses VALUES ('orders', 2, 4, 0.0, 'damaged page')")
+            conn.commit()
+        self.primary.start(self.context)
+        self.backup.start(self.context)
+        await formed(self.backup, self.primary)
+        self.assertIs(self.primary.pair.machine.state, State.PASSIVE)
+        journal = self.backup.journal
+        await until(lambda: not journal.losses())
+        await journal.flush()
+        self.assertEqual(journal.lost("orders", 1, 5), [])
+        with closing(sqlite3.connect(path)) as conn:
+            rows = conn.execute(
+                "SELECT seq, content FROM stream_messages WHERE stream = 'orders' AND seq <= 5"
+            ).fetchall()
+            counted = conn.execute("SELECT message_count FROM streams").fetchone()
+            losses = conn.execute("SELECT count(*) FROM journal_losses").fetchone()
+        framed = [(n + 1, len(b"r%d" % n).to_bytes(4, "big") + b"r%d" % n) for n in range(5)]
+        self.assertEqual(rows, framed)
+        self.assertEqual((counted, losses), ((5,), (0,)))
+        receiver = self.peer(self.backup)
+        self.assertEqual(
+            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
+        )
+        record = await receiver.next()
+        assert isinstance(record, mlm.MailboxRecord)
+        self.assertEqual((record.id, record.content), (stored.id, [b"kept"]))
+
     async def test_damagedPartnersNumbersNotGivenAgain(self) -> None:
         """
         The backup took over and gave letter ids of its own history, then
-        its journal lost records to damage (a salvage's losses), so it
-        claims no history when both restart: the primary serves its older
-        history, and numbers past what the backup said it may have given
-        (found by the soak: the same ids and sequence numbers given twice,
-        and a client's dedupe dropped the second letter of an id).
+        its journal was damaged so that the salvage lost records and could
+        not read the pair's state (which history it took over from): it
+        claims no history when both restart, so the primary serves its
+        older history, and numbers past what the backup said it may have
+        given (found by the soak: the same ids and sequence numbers given
+        twice, and a client's dedupe dropped the second letter of an id).
         """
         stored = await self.stored_by_backup_alone(b"")
         await self.backup.stop()
         with closing(sqlite3.connect(self.backup.settings.data_dir / "journal.sqlite")) as conn:
             conn.execute("INSERT INTO journal_losses VALUES ('orders', 5, 9, 0.0, 'damaged page')")
+            conn.execute("DELETE FROM pair_state")
             conn.commit()
         self.primary.start(self.context)
         self.backup.start(self.context)

@@ -487,6 +487,65 @@ class ReplicationTests(JournalPairCase):
 
         return self.run_async(run())
 
+    def test_active_losses_copied_back(self) -> Deferred[None]:
+        """
+        An active whose journal lost records to damage (a salvage's losses)
+        asks its passive for them once it is in sync, a page at a time:
+        those the passive holds are written back (counted in the stream's
+        totals), and only those it lacks too stay lost, here and in the file.
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            self.write(active, "trades", 2500)
+            await active.flush()
+            await self.until(lambda: pair.source.acked >= active.handed)
+            await passive.flush()
+            pair.replica.stop()
+            for journal, cut, lost in ((active, (100, 1500), True), (passive, (1200, 1300), False)):
+                path = journal.path
+                await journal.close()
+                with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute(
+                        "DELETE FROM stream_messages WHERE stream = 'trades'"
+                        " AND seq BETWEEN ? AND ?",
+                        cut,
+                    )
+                    conn.execute(
+                        "UPDATE streams SET message_count = (SELECT count(*) FROM"
+                        " stream_messages WHERE stream = 'trades') WHERE stream = 'trades'"
+                    )
+                    if lost:
+                        conn.execute(
+                            "INSERT INTO journal_losses VALUES ('trades', ?, ?, 0.0, 'damaged')",
+                            cut,
+                        )
+            again, follower = Journal(active.path, CLOCK), Journal(passive.path, CLOCK)
+            for journal in (again, follower):
+                journal.open()
+                self.addCleanup(self._close, journal)
+            self.assertEqual(again.lost("trades", 1, 2500), [(100, 1500)])
+            refill = Pair(again, follower, History("e1"), sync=True)
+            refill.replica.hello()
+            await self.until(lambda: again.lost("trades", 1, 2500) == [(1200, 1300)])
+            await again.flush()
+            asks = [m for m in refill.to_passive.sent if isinstance(m, wire.RefillAsk)]
+            self.assertEqual([(m.first, m.last) for m in asks], [(100, 1500), (1100, 1500)])
+            held = [seq for seq, _, _ in _stream(again.path, "trades")]
+            self.assertEqual(held, [*range(1, 1200), *range(1301, 2501)])
+            self.assertEqual(
+                _rows(again.path, "SELECT first_seq, last_seq FROM journal_losses"), [(1200, 1300)]
+            )
+            self.assertEqual(
+                _rows(again.path, "SELECT message_count FROM streams WHERE stream = 'trades'"),
+                [(len(held),)],
+            )
+
+        return self.run_async(run())
+
     def test_old_leader_is_cut_back(self) -> Deferred[None]:
         """
         A partner that led the previous history (the old active) loses what

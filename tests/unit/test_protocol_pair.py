@@ -44,6 +44,8 @@ from malamute_pack.protocol.pair import (
     OwnerClaimed,
     OwnersPage,
     PairMessage,
+    Refill,
+    RefillAsk,
     Removed,
     Retention,
     Ship,
@@ -164,6 +166,9 @@ MESSAGES: list[PairMessage] = [
     CaughtUp(5, U64_MAX),
     Ack(5, 110, 12),
     Ack(0, 0),
+    RefillAsk(5, "weather", 150, 1_000_149),
+    Refill(5, "weather", 150, 1149, [ROW]),
+    Refill(5, "weather", 1150, 1_000_149, []),
 ]
 
 # Messages whose every frame is protected by lengths and counts: cutting
@@ -376,7 +381,7 @@ class LayoutTests(SynchronousTestCase):
     """The bytes are the documented layout."""
 
     def test_headerCommands(self) -> None:
-        """Each header frame starts with the signature "MP" then the command byte 1..8."""
+        """Each header frame starts with the signature "MP" then the command byte 1..10."""
         commands = {
             Heartbeat: 1,
             Hello: 2,
@@ -386,6 +391,8 @@ class LayoutTests(SynchronousTestCase):
             CatchupEnd: 6,
             CaughtUp: 7,
             Ack: 8,
+            RefillAsk: 9,
+            Refill: 10,
         }
         for message in MESSAGES:
             head = pair.encode(message)[0]
@@ -395,19 +402,20 @@ class LayoutTests(SynchronousTestCase):
 
     def test_version(self) -> None:
         """
-        This codec is version 7 of the link (version 1 had no owners,
+        This codec is version 8 of the link (version 1 had no owners,
         deletes, retention; version 2 carried an append's rows a frame each;
         version 3 had no consumer positions; version 4's heartbeat no
         previous epoch nor pack identity; version 5's no ceiling; version
-        6's one ceiling for stream numbers and letter ids).
+        6's one ceiling for stream numbers and letter ids; version 7 no
+        REFILL_ASK nor REFILL).
         """
-        self.assertEqual(VERSION, 7)
+        self.assertEqual(VERSION, 8)
 
     def test_catchupEndBytes(self) -> None:
-        """CATCHUP_END is MP, version 7, 6, link and position as big-endian u64s."""
+        """CATCHUP_END is MP, version 8, 6, link and position as big-endian u64s."""
         self.assertEqual(
             pair.encode(CatchupEnd(1, 0x0102)),
-            [b"MP\x07\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
+            [b"MP\x08\x06" + bytes.fromhex("0000000000000001 0000000000000102")],
         )
 
     def test_catchupBeginFirstsLast(self) -> None:
@@ -455,7 +463,7 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(
             pair.encode(Heartbeat("p", "\u00e9", True, "", "e", 2, True, "d", "AB", 7, 9)),
             [
-                b"MP\x07\x01"
+                b"MP\x08\x01"
                 + bytes.fromhex("00000001 70  00000002 c3a9  01  00000000  00000001 65")
                 + bytes.fromhex("0000000000000002 01  00000001 64  00000002 4142")
                 + bytes.fromhex("0000000000000007 0000000000000009")
@@ -665,12 +673,12 @@ class MalformedTests(SynchronousTestCase):
         """
         for message in MESSAGES:
             frames = pair.encode(message)
-            for old in (1, 2, 3, 4, 5, 6):
+            for old in (1, 2, 3, 4, 5, 6, 7):
                 with self.assertRaises(MalformedPairMessage) as caught:
                     pair.decode([frames[0][:2] + bytes((old,)) + frames[0][3:], *frames[1:]])
                 self.assertEqual(
                     str(caught.exception),
-                    f"the partner speaks pair link version {old}, this broker 7:"
+                    f"the partner speaks pair link version {old}, this broker 8:"
                     " run the same malamute_pack on both",
                 )
 

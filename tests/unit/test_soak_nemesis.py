@@ -25,6 +25,7 @@ from soak.nemesis import (
     WARM_UP,
     Fault,
     Targets,
+    catching_up,
     damage_file,
     schedule,
     targets,
@@ -152,6 +153,19 @@ class DamageFileTests(SynchronousTestCase):
         self.assertEqual(done["truncated_to"], 32)
         small = self.file("journal.sqlite", 50)
         self.assertIn("nothing", damage_file(small, "flip", 0.3, 1)["done"])
+
+    def test_damageSparesTheOnlyCopy(self) -> None:
+        """
+        A damage comes to a broker whose partner is down, or was started
+        again (by the nemesis, after it stopped by itself) less than
+        CATCH_UP seconds before: its journal may be the only copy, so the
+        damage is not done; a partner running since the soak began, or for
+        CATCH_UP seconds, leaves it be done.
+        """
+        self.assertTrue(catching_up(None, False, 100.0))
+        self.assertTrue(catching_up(90.0, True, 90.0 + CATCH_UP - 0.1))
+        self.assertFalse(catching_up(90.0, True, 90.0 + CATCH_UP))
+        self.assertFalse(catching_up(None, True, 5.0))
 
 
 class SlotTests(SynchronousTestCase):
