@@ -185,8 +185,10 @@ class Consumers:
         """
         Make C{connection} read C{message.stream} as consumer
         C{message.consumer}: from after its position (whence RESUME; from
-        the earliest record retained for a consumer not known), or from
-        another whence, which resets its position there.
+        the earliest record retained for a consumer not known, told of a
+        numbering started again if C{message.position}, the number after
+        the last record the client was handed, is past the stream's), or
+        from another whence, which resets its position there.
         """
         stream, name, whence = message.stream, message.consumer, message.whence
         check_name("consumer name", name, self._max_name)
@@ -219,6 +221,9 @@ class Consumers:
                 check_join(message)  # a bad join is refused for what it is, first
                 self._admit(connection, key, user)
             self.groups.join(connection, message, known, user)
+            if whence == mlm.RESUME and message.position:
+                # Told if its numbering started again (its position is from before).
+                self._streams.resume_point(connection, stream, message.position)
             if new:
                 connection.new_consumers += 1
             if connection.consuming is None:
@@ -237,6 +242,9 @@ class Consumers:
         owner = known.owner if known is not None else user
         if whence == mlm.RESUME:
             if known is None:
+                if message.position:
+                    # Told if its numbering started again (its position is from before).
+                    self._streams.resume_point(connection, stream, message.position)
                 seq = store.first_seq(stream) - 1
                 self._streams.read_from(connection, stream, message.pattern, mlm.EARLIEST, 0)
             else:

@@ -75,6 +75,11 @@ from malamute_pack.store import DurableCallback, Store, StoreError
 
 _log = Logger()
 
+# The whence STREAM_READ_FROM takes.
+_READ_WHENCES = frozenset(
+    {mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME, mlm.LAST_VALUES, mlm.RESUME}
+)
+
 # The subject of a notice: a record every reader of its stream gets, whatever
 # its patterns (L{Streams.write_forwarded}; docs/multicast.md).
 NOTICE = "$gap"
@@ -496,8 +501,8 @@ class Streams:
         Subscribe C{connection} and move its position on the stream to
         C{whence}/C{pos} (LAST_VALUES: a last-value stream's snapshot, then on).
         """
-        if whence not in (mlm.LATEST, mlm.EARLIEST, mlm.SEQUENCE, mlm.TIME, mlm.LAST_VALUES):
-            raise Refused(f"invalid position: whence {whence} is not 0, 1, 2, 3 or 4")
+        if whence not in _READ_WHENCES:
+            raise Refused(f"invalid position: whence {whence} is not 0, 1, 2, 3, 4 or 5")
         store = self._store
         if store is None and whence != mlm.LATEST:
             raise Refused("not implemented: reading from a position needs the journal", 501)
@@ -513,6 +518,8 @@ class Streams:
         if whence == mlm.LAST_VALUES:
             self._read_last_values(connection, name, store)
             return
+        if whence == mlm.RESUME:
+            whence, pos = mlm.SEQUENCE, self.resume_point(connection, name, pos)
         connection.history.add(name)
         if self._interests is not None and not connection.remote:
             self._interests.history(name, pattern, whence, pos)
@@ -532,6 +539,33 @@ class Streams:
                 callbackArgs=(connection, name),
                 errbackArgs=(connection, name),
             )
+
+    def resume_point(self, connection: Connection, name: str, pos: int) -> int:
+        """
+        Where a reader resuming C{name} after a reconnection, at C{pos} (the
+        number after the last record it was handed), goes on: there; or,
+        if C{pos} is past anything the stream numbered (this journal was
+        made afresh and numbers it from 1 again), from its first record,
+        the reader told so by a STREAM_GAP whose C{available} is below its
+        C{missed} (it forgets the numbers it had: found by the soak, a
+        client dropped the new journal's records as repeats of the old's).
+        """
+        store = self._store
+        assert store is not None
+        if pos <= store.last_seq(name) + 1:
+            return max(1, pos)
+        first = store.first_seq(name)
+        _log.info(
+            "{connection} resumes stream {stream!r} at {pos}, past its last number {last}"
+            " (this broker's journal numbers it again): told so, and read from {first}",
+            connection=connection,
+            stream=name,
+            pos=pos,
+            last=store.last_seq(name),
+            first=first,
+        )
+        connection.session.gap(name, pos, first)
+        return first
 
     def sent_through(self, connection: Connection, name: str) -> int:
         """

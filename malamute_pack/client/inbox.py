@@ -78,6 +78,8 @@ class Inbox:
         self.auto_done = auto_done
         self.duplicates = 0
         self.gaps = 0
+        # Streams the broker numbered again (a journal made afresh) as we resumed them.
+        self.renumbered = 0
         self._ids = SeenIds(dedupe_window)
         # Unanswered tracked records by tracker, oldest first: confirm() answers them.
         self._tracked: dict[str, deque[int]] = {}
@@ -120,6 +122,19 @@ class Inbox:
         self._recipient.delivered(_letter_delivery(message, record_id))
 
     def gap(self, message: mlm.StreamGap) -> None:
+        if message.available < message.missed:
+            # The broker numbers the stream again (its journal was made
+            # afresh): the numbers handed over before name other records.
+            self.renumbered += 1
+            self._sequences.forget(message.address)
+            _log.warn(
+                "stream {stream}: the broker numbers it again from {first} (its journal was"
+                " made afresh); we had read up to {last} of its earlier numbering",
+                stream=message.address,
+                first=message.available,
+                last=message.missed - 1,
+            )
+            return
         self.gaps += 1
         _log.info(
             "stream {stream}: messages {missed} to {last} were removed before we read them",

@@ -3,9 +3,13 @@ The settings the broker accepted (producer stream, consumer patterns and
 removals, worker offers), kept for replay when the broker forgets us, and
 the replay plan: every setting again, in order, a stream on which a record
 was already handed over resuming right after it (STREAM_READ_FROM
-SEQUENCE, every pattern from the same position) so that nothing written
+RESUME, every pattern from the same position) so that nothing written
 meanwhile is missed and nothing is delivered twice; a durable consumer
 resuming from the position the broker keeps for it (STREAM_CONSUME RESUME).
+Both say the number after the last record handed over: a broker whose
+journal was made afresh, numbering the stream again, tells the client so
+(a STREAM_GAP whose available is below its missed) instead of having it
+drop the new records as repeats.
 A reading from a last-value stream's last values resumes after the last
 record handed over too (its snapshot comes in sequence order, then the
 live records: what follows that record is the rest of the snapshot and
@@ -107,25 +111,35 @@ class Subscriptions:
         """
         plan = []
         for setting in self._settings:
-            if isinstance(setting, mlm.StreamConsume):
-                # The broker keeps a consumer's position: resume from it (the
-                # inbox drops what was already handed over).
-                plan.append(ReplayStep(_resumed(setting)))
-                continue
             if not isinstance(setting, _Reader):
                 plan.append(ReplayStep(setting))
                 continue
             last = self._sequences.last(setting.stream)
+            if isinstance(setting, mlm.StreamConsume):
+                # The broker keeps a consumer's position: resume from it (the
+                # inbox drops what was already handed over). Ours says where
+                # we were, so that a broker that numbers the stream again
+                # tells us.
+                plan.append(ReplayStep(_resumed(setting, last)))
+                continue
             if last is None:
                 plan.append(ReplayStep(setting))
             else:
-                resume = mlm.StreamReadFrom(setting.stream, setting.pattern, mlm.SEQUENCE, last + 1)
+                resume = mlm.StreamReadFrom(setting.stream, setting.pattern, mlm.RESUME, last + 1)
                 plan.append(ReplayStep(resume, fallback=setting))
         return plan
 
 
-def _resumed(consume: mlm.StreamConsume) -> mlm.StreamConsume:
-    """C{consume} resuming from the consumer's position."""
+def _resumed(consume: mlm.StreamConsume, last: int | None) -> mlm.StreamConsume:
+    """
+    C{consume} resuming from the consumer's position, saying the number
+    after the last record handed over (0: none).
+    """
     return mlm.StreamConsume(
-        consume.stream, consume.pattern, consume.consumer, consume.group, mlm.RESUME, 0
+        consume.stream,
+        consume.pattern,
+        consume.consumer,
+        consume.group,
+        mlm.RESUME,
+        0 if last is None else last + 1,
     )

@@ -225,6 +225,34 @@ class SessionTests(FailoverTestCase):
         owner = await self.client(second, "owner")
         self.assertEqual((await owner.recv()).subject, "while failing over")
 
+    async def test_renumberedStreamReadAgain(self) -> None:
+        """
+        The broker a client reads a stream on stops, and the broker it moves
+        to numbers that stream from 1 again (a journal made afresh): told so
+        when it resumes, the reader reads that broker's records from its
+        first, none dropped as a repeat of a number it had (found by the
+        soak: the new journal's records were never handed over).
+        """
+        first, second = self.start_broker(), self.start_broker()
+        old = await self.client(first)
+        await old.set_producer("s")
+        for n in range(3):
+            old.send(f"old{n}", [b"x"])
+        await old.remove_consumer("barrier")
+        new = await self.client(second)
+        await new.set_producer("s")
+        new.send("new0", [b"x"])
+        await new.remove_consumer("barrier")
+        reader = await self.client([first, second], "reader", timeout=0.5)
+        await reader.set_consumer("s", "", mlm.EARLIEST)
+        got = [await reader.recv() for _ in range(3)]
+        self.assertEqual([d.subject for d in got], ["old0", "old1", "old2"])
+        await self.stop_broker(first)
+        await wait_for(lambda: reader.state is ClientState.CONNECTED and reader.endpoint == second)
+        new.send("new1", [b"x"])
+        got = [await reader.recv() for _ in range(2)]
+        self.assertEqual([(d.subject, d.sequence) for d in got], [("new0", 1), ("new1", 2)])
+
     async def test_nobodyServes(self) -> None:
         """
         The broker stops and the other endpoint refuses (503): after that

@@ -142,6 +142,39 @@ class ResumeTests(ConsumerTestCase):
         got = self.h.command(C1, mlm.StreamConsume("s", "t0", "c1", "", mlm.RESUME, 0))
         self.assertEqual(seqs(got), [1, 4, 7, 10])
 
+    def test_resumePastTheNumberingToldSo(self) -> None:
+        """
+        A consumer the broker does not know, resuming with the number after
+        the last record its client was handed past the stream's last number
+        (its position is from a journal since made afresh), is told so by a
+        STREAM_GAP whose available (the first record) is below its missed,
+        then reads from the first record; one that resumes within the
+        numbering is told nothing. (The gap comes before the OK: nothing of
+        the stream comes before it.)
+        """
+        got = self.consume(C1, position=5000)
+        self.assertEqual(got[:2], [mlm.StreamGap("s", 5000, 1), mlm.Ok()])  # the gap first
+        gaps = [(m.missed, m.available) for m in got if isinstance(m, mlm.StreamGap)]
+        self.assertEqual((gaps, seqs(got)), ([(5000, 1)], list(range(1, 11))))
+        got = self.consume(C2, name="c2", position=11)
+        self.assertEqual([m for m in got if isinstance(m, mlm.StreamGap)], [])
+        self.assertEqual(seqs(got), list(range(1, 11)))
+
+    def test_readerResumePastTheNumberingToldSo(self) -> None:
+        """
+        STREAM_READ_FROM with whence 5 (resume) reads from the position,
+        as whence 2 does; past the stream's last number + 1 (a journal made
+        afresh numbers it again) the reader is told so by a STREAM_GAP
+        whose available is below its missed, and reads from the first record.
+        """
+        self.h.open(C1, "", version=2)
+        got = self.h.command(C1, mlm.StreamReadFrom("s", "", mlm.RESUME, 7))
+        self.assertEqual((got[0], seqs(got)), (mlm.Ok(), [7, 8, 9, 10]))
+        self.h.open(C2, "", version=2)
+        got = self.h.command(C2, mlm.StreamReadFrom("s", "", mlm.RESUME, 900))
+        gaps = [(m.missed, m.available) for m in got if isinstance(m, mlm.StreamGap)]
+        self.assertEqual((gaps, seqs(got)), ([(900, 1)], list(range(1, 11))))
+
 
 class ResetTests(ConsumerTestCase):
     def test_latest(self) -> None:

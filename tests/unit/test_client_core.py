@@ -659,7 +659,7 @@ class FailoverTests(V2TestCase):
         self.assertEqual(self.owner.connected_to, ["tcp://b:1"])
         self.assertIn(_OPEN, self.owner.take())
         self.reply(mlm.Ok())
-        self.assertEqual(self.replay(), [mlm.StreamReadFrom("s", "", mlm.SEQUENCE, 8)])
+        self.assertEqual(self.replay(), [mlm.StreamReadFrom("s", "", mlm.RESUME, 8)])
         self.assertEqual(self.owner.take(), [m for m in letter if type(m) is mlm.MailboxSend])
         self.assertEqual((self.core.reconnects, self.core.switches), (1, 1))
 
@@ -1276,8 +1276,8 @@ class StreamRecordTests(V2TestCase):
             sent,
             [
                 [mlm.StreamWrite("out")],
-                [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 43)],
-                [mlm.StreamReadFrom("weather", "^wind", mlm.SEQUENCE, 43)],
+                [mlm.StreamReadFrom("weather", "^temp", mlm.RESUME, 43)],
+                [mlm.StreamReadFrom("weather", "^wind", mlm.RESUME, 43)],
                 [mlm.StreamReadFrom("news", "", mlm.EARLIEST, 0)],
             ],
         )
@@ -1293,13 +1293,13 @@ class StreamRecordTests(V2TestCase):
         self.owner.take()
         self.reply(mlm.Ok())
         self.assertEqual(
-            self.owner.take(), [mlm.StreamReadFrom("weather", "^temp", mlm.SEQUENCE, 4)]
+            self.owner.take(), [mlm.StreamReadFrom("weather", "^temp", mlm.RESUME, 4)]
         )
         self.reply(mlm.Error(mlm.NOT_IMPLEMENTED, "no journal"))
         self.assertEqual(self.owner.take(), [mlm.StreamRead("weather", "^temp")])
         self.reply(mlm.Ok())
         self.assertEqual(
-            self.owner.take(), [mlm.StreamReadFrom("weather", "^wind", mlm.SEQUENCE, 4)]
+            self.owner.take(), [mlm.StreamReadFrom("weather", "^wind", mlm.RESUME, 4)]
         )
 
     def test_removeConsumerForgetsPosition(self) -> None:
@@ -1314,7 +1314,7 @@ class StreamRecordTests(V2TestCase):
         self.assertEqual([d.sequence for d in self.owner.deliveries], [9, 1])
         self.forget_us()
         replayed = self.replay()
-        self.assertIn(mlm.StreamReadFrom("weather", "", mlm.SEQUENCE, 2), replayed)
+        self.assertIn(mlm.StreamReadFrom("weather", "", mlm.RESUME, 2), replayed)
         self.assertNotIn(mlm.StreamRead("weather", "^temp"), replayed)
 
     def test_anotherPatternFromEarliest(self) -> None:

@@ -98,6 +98,21 @@ class DeliveryTests(InboxTestCase):
         self.assertEqual(self.app.confirmations, [Confirmation("t", 200, "ok")])
         self.assertEqual(self.inbox.gaps, 1)
 
+    def test_renumberedStreamForgotten(self) -> None:
+        """
+        A STREAM_GAP whose available is below its missed says the broker
+        numbers the stream again (its journal was made afresh): the
+        numbers handed over before are forgotten, so the new records that
+        reuse them are handed over; it is counted, not passed on as a gap.
+        """
+        for sequence in (1, 2, 3):
+            self.inbox.stream_record(mlm.StreamRecord("s", "p", "x", sequence, 0, []))
+        self.inbox.gap(mlm.StreamGap("s", 4, 1))
+        for sequence in (1, 2):
+            self.inbox.stream_record(mlm.StreamRecord("s", "p", "y", sequence, 0, []))
+        self.assertEqual([d.subject for d in self.app.deliveries], ["x"] * 3 + ["y"] * 2)
+        self.assertEqual((self.app.gaps, self.inbox.gaps, self.inbox.renumbered), ([], 0, 1))
+
 
 class AutoDoneTests(InboxTestCase):
     def test_doneAtHandOverOnce(self) -> None:

@@ -81,9 +81,9 @@ class ReplayPlanTests(SynchronousTestCase):
             subscriptions.replay_plan(),
             [
                 ReplayStep(mlm.StreamWrite("out")),
-                ReplayStep(mlm.StreamReadFrom("s", "a", mlm.SEQUENCE, 8), mlm.StreamRead("s", "a")),
+                ReplayStep(mlm.StreamReadFrom("s", "a", mlm.RESUME, 8), mlm.StreamRead("s", "a")),
                 ReplayStep(
-                    mlm.StreamReadFrom("s", "b", mlm.SEQUENCE, 8),
+                    mlm.StreamReadFrom("s", "b", mlm.RESUME, 8),
                     mlm.StreamReadFrom("s", "b", mlm.EARLIEST, 0),
                 ),
                 ReplayStep(mlm.StreamRead("t", "")),
@@ -107,19 +107,27 @@ class ReplayPlanTests(SynchronousTestCase):
         sequences.add("ticks", 3)
         self.assertEqual(
             subscriptions.replay_plan(),
-            [ReplayStep(mlm.StreamReadFrom("ticks", "", mlm.SEQUENCE, 41), reading)],
+            [ReplayStep(mlm.StreamReadFrom("ticks", "", mlm.RESUME, 41), reading)],
         )
 
     def test_consumerResumes(self) -> None:
         """
         A durable consumer is replayed resuming from the position the broker
-        keeps, whatever whence it first used (a reset is not made twice).
+        keeps, whatever whence it first used (a reset is not made twice),
+        saying the number after the last record handed over.
         """
-        subscriptions = Subscriptions(SeenSequences())
+        sequences = SeenSequences()
+        subscriptions = Subscriptions(sequences)
         subscriptions.record(mlm.StreamConsume("s", "", "c1", "g", mlm.EARLIEST, 0))
         self.assertEqual(
             subscriptions.replay_plan(),
             [ReplayStep(mlm.StreamConsume("s", "", "c1", "g", mlm.RESUME, 0))],
+        )
+        # Once records were handed over, it says the number after the last.
+        sequences.add("s", 9)
+        self.assertEqual(
+            subscriptions.replay_plan(),
+            [ReplayStep(mlm.StreamConsume("s", "", "c1", "g", mlm.RESUME, 10))],
         )
 
     def test_emptyPlan(self) -> None:
