@@ -47,8 +47,10 @@ from malamute_pack.journal.scan import describe
 from malamute_pack.journal.schema import (
     ADD_SKIP,
     QUEUED_LAST_ID,
+    RAISE_COUNTER,
     RUNNING,
     STREAM_FLOOR,
+    STREAMS_NUMBERED,
     journal_identity,
     migrate,
 )
@@ -280,6 +282,8 @@ def recover(
         if floor < crash_skip:
             floor = crash_skip
             conn.execute(SET_COUNTER, (STREAM_FLOOR, floor))
+    numbered = max((last for _, last in streams.values()), default=0)
+    conn.execute(RAISE_COUNTER, (STREAMS_NUMBERED, numbered))
     conn.execute(SET_COUNTER, (RUNNING, 1))
     appends = [
         AppendKey(*row)

@@ -28,7 +28,8 @@ read and verifies, and a report of exactly what could not be saved.
    file is marked as after a crash, so that numbering jumps
    ``crash_skip`` past them when it opens. If some streams' names could
    not be read at all, every stream the journal does not know starts past
-   the highest number seen, plus ``crash_skip`` (``stream_floor``).
+   the highest number seen (or that the journal's ``streams_numbered``
+   counter says it gave), plus ``crash_skip`` (``stream_floor``).
 5. The last-value streams' latest records are found again from the records
    saved.
 6. Only then are the files renamed: the damaged one (with its ``-wal`` and
@@ -60,7 +61,14 @@ from malamute_pack.journal.scan import (
     Unreadable,
     next_readable,
 )
-from malamute_pack.journal.schema import ADD_SKIP, QUEUED_LAST_ID, RUNNING, STREAM_FLOOR, migrate
+from malamute_pack.journal.schema import (
+    ADD_SKIP,
+    QUEUED_LAST_ID,
+    RUNNING,
+    STREAM_FLOOR,
+    STREAMS_NUMBERED,
+    migrate,
+)
 from malamute_pack.journal.verify import letter_good, sane_record
 from malamute_pack.text import plural
 
@@ -753,8 +761,10 @@ class _Copier:
         counters = dict(self.counters)
         counters[QUEUED_LAST_ID] = max(counters.get(QUEUED_LAST_ID, 0), self.last_id)
         floor = counters.get(STREAM_FLOOR, 0)
+        numbered = max(counters.get(STREAMS_NUMBERED, 0), highest)
+        counters[STREAMS_NUMBERED] = numbered
         if report.streams_unknown:
-            floor = max(floor, highest + crash_skip)
+            floor = max(floor, numbered + crash_skip)
         if floor:
             counters[STREAM_FLOOR] = floor
         report.floor = floor

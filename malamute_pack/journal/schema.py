@@ -89,6 +89,12 @@ QUEUED_LAST_ID: Final = "queued_last_id"
 # by a salvage that could not read every stream's name and number
 # (malamute_pack.journal.salvage), so that no number is given twice.
 STREAM_FLOOR: Final = "stream_floor"
+# The highest stream number the journal may have given, all streams (raised
+# at each open; past a crash, by the crash skip): a copy of the streams
+# table's high-water marks, so that a salvage that cannot read that table
+# still numbers past them (found by the soak: a salvaged journal damaged
+# again lost its streams table, and numbered from a million again).
+STREAMS_NUMBERED: Final = "streams_numbered"
 # 1 while a journal has the database open, 0 after a clean close: finding 1
 # at open means the last run crashed.
 RUNNING: Final = "running"

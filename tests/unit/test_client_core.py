@@ -1292,15 +1292,11 @@ class StreamRecordTests(V2TestCase):
         self.forget_us()
         self.owner.take()
         self.reply(mlm.Ok())
-        self.assertEqual(
-            self.owner.take(), [mlm.StreamReadFrom("weather", "^temp", mlm.RESUME, 4)]
-        )
+        self.assertEqual(self.owner.take(), [mlm.StreamReadFrom("weather", "^temp", mlm.RESUME, 4)])
         self.reply(mlm.Error(mlm.NOT_IMPLEMENTED, "no journal"))
         self.assertEqual(self.owner.take(), [mlm.StreamRead("weather", "^temp")])
         self.reply(mlm.Ok())
-        self.assertEqual(
-            self.owner.take(), [mlm.StreamReadFrom("weather", "^wind", mlm.RESUME, 4)]
-        )
+        self.assertEqual(self.owner.take(), [mlm.StreamReadFrom("weather", "^wind", mlm.RESUME, 4)])
 
     def test_removeConsumerForgetsPosition(self) -> None:
         """After remove_consumer a stream starts afresh: no dedupe, no resume."""

@@ -32,6 +32,7 @@ from malamute_pack.journal.checksums import letter_checksum, row_checksums, with
 from malamute_pack.journal.identity import JOURNAL_MARKER, read_marker
 from malamute_pack.journal.inserts import INSERT_STREAM, insert_all
 from malamute_pack.journal.records import stream_row
+from malamute_pack.journal.salvage import salvage
 from malamute_pack.journal.scan import next_readable
 from malamute_pack.journal.schema import migrate
 from malamute_pack.journal.verify import Found, StreamScan
@@ -480,6 +481,29 @@ class OpenTests(TestCase):
         self.assertIn(1, served)
         self.assertIn(300, lost)
         self.assertGreater(journal.append_stream("s", "w", "new", [b"n"], 9.0), 300)
+
+    @inlineCallbacks
+    def test_numbersKeptWithoutTheStreamsTable(self) -> Inline:
+        """
+        A salvage that can read neither the streams table nor the records
+        (a salvaged file damaged again, say) still numbers every stream past
+        what the journal gave: its counters keep the highest number (found
+        by the soak: such a journal numbered from a million again, and gave
+        numbers twice).
+        """
+        yield self.fill(100)
+        mark_crashed(self.path)
+        journal = self.journal()
+        journal.open()
+        self.assertEqual(journal.append_stream("s", "w", "x", [b"x"], 2.0), 100 + CRASH_SKIP + 1)
+        yield journal.close()
+        sql(self.path, "DROP TABLE streams")
+        sql(self.path, "DROP TABLE stream_messages")
+        found = salvage(self.path, "damaged twice", None, CRASH_SKIP, 5.0)
+        self.assertTrue(found.streams_unknown)
+        journal = self.journal()
+        journal.open()
+        self.assertGreater(journal.append_stream("s", "w", "y", [b"y"], 6.0), 100 + CRASH_SKIP + 1)
 
     @inlineCallbacks
     def test_cutShortSalvaged(self) -> Inline:
