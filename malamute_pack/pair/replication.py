@@ -551,8 +551,8 @@ class ReplicationSource:
             self._refills.popleft()
             self._refill_from = 0
             _log.info(
-                "pair: the records of stream {stream!r} this journal lost ({first}-{last})"
-                " that the partner had were copied back",
+                "pair: of the records {first}-{last} of stream {stream!r} this journal lost,"
+                " those the partner had are copied back (readers are told of a gap for the rest)",
                 stream=stream,
                 first=first,
                 last=last,
