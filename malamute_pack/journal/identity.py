@@ -6,7 +6,9 @@ The journal stores a random identity when it is created
 (:func:`malamute_pack.journal.schema.journal_identity`); the first time a
 journal opens in a data directory, a small marker file there
 (``<data-dir>/journal.marker``, JSON) records the journal's path, identity
-and creation time. From then on, a journal that opens with a marker must be
+and creation time (and, refreshed at each open, the highest numbers it may
+have given, past its crash skip: a salvage that cannot read them in the
+file numbers past them). From then on, a journal that opens with a marker must be
 the one the marker names: a missing file, or one with another identity, is
 refused with a :class:`JournalIdentityError` that says what happened and
 what to do: restore the file, or remove the marker to start afresh (or
@@ -41,11 +43,18 @@ class JournalIdentityError(JournalError):
 
 @dataclass(frozen=True)
 class Marker:
-    """What a marker records: the journal's path, identity and creation time."""
+    """
+    What a marker records: the journal's path, identity and creation time,
+    and the highest stream number and letter id the journal may have given
+    when it last opened (after its crash skip): a salvage of a journal that
+    lost the tables that say so still numbers past them.
+    """
 
     journal: str
     identity: str
     created: float
+    numbered: int = 0
+    letters: int = 0
 
     @property
     def created_text(self) -> str:
@@ -69,8 +78,14 @@ def read_marker(path: Path) -> Marker | None:
         raise _unreadable(path, str(e)) from e
     try:
         fields = json.loads(data)
-        return Marker(str(fields["journal"]), str(fields["identity"]), float(fields["created"]))
-    except (ValueError, TypeError, KeyError) as e:
+        return Marker(
+            str(fields["journal"]),
+            str(fields["identity"]),
+            float(fields["created"]),
+            int(fields.get("numbered", 0)),
+            int(fields.get("letters", 0)),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise _unreadable(path, f"{type(e).__name__}: {e}") from e
 
 
@@ -85,7 +100,13 @@ def _unreadable(path: Path, why: str) -> JournalIdentityError:
 def write_marker(path: Path, marker: Marker) -> None:
     """Write ``marker`` to ``path`` atomically and durably (a new file, renamed)."""
     data = json.dumps(
-        {"journal": marker.journal, "identity": marker.identity, "created": marker.created},
+        {
+            "journal": marker.journal,
+            "identity": marker.identity,
+            "created": marker.created,
+            "numbered": marker.numbered,
+            "letters": marker.letters,
+        },
         indent=1,
     ).encode()
     partial = path.with_name(path.name + ".new")

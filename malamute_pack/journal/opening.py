@@ -185,8 +185,10 @@ def _check_wal(path: Path) -> str | None:
 
 
 def _salvage(path: Path, why: str, expected: Marker | None, crash_skip: int, now: float) -> Salvage:
-    identity = None if expected is None else expected.identity
-    return salvage(path, why, identity, crash_skip, now)
+    if expected is None:
+        return salvage(path, why, None, crash_skip, now)
+    given = (expected.numbered, expected.letters)
+    return salvage(path, why, expected.identity, crash_skip, now, given)
 
 
 def _open(
@@ -199,8 +201,10 @@ def _open(
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 10000")
         migrate(conn)
-        identity = _check_identity(conn, path, marker, expected)
+        identity, created = _check_identity(conn, path, marker, expected)
         recovered, crashed, last_id = recover(conn, crash_skip, takeover)
+        if marker is not None:
+            _mark_numbers(marker, path, identity, created, expected, recovered, last_id)
         reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         reader.execute("PRAGMA busy_timeout = 10000")
         reader.execute("PRAGMA query_only = ON")
@@ -228,18 +232,49 @@ def _check_file(path: Path, marker: Path | None) -> Marker | None:
 
 def _check_identity(
     conn: sqlite3.Connection, path: Path, marker: Path | None, expected: Marker | None
-) -> str:
+) -> tuple[str, float]:
     """
-    The journal's identity; refuses one that is not the marker's, and
-    records it in a new marker where there was none.
+    The journal's identity and creation time; refuses one that is not the
+    marker's (a new marker is written once its numbers are known).
     """
     identity, created = journal_identity(conn)
-    if marker is not None:
-        if expected is not None:
-            check_identity(path, marker, expected, identity)
-        else:
-            write_marker(marker, Marker(str(path.resolve()), identity, created))
-    return identity
+    if marker is not None and expected is not None:
+        check_identity(path, marker, expected, identity)
+    return identity, created
+
+
+def _mark_numbers(
+    marker: Path,
+    path: Path,
+    identity: str,
+    created: float,
+    expected: Marker | None,
+    recovered: Recovered,
+    last_id: int,
+) -> None:
+    """
+    Record in the marker the highest stream number and letter id the
+    journal may give before it next opens (its crash skip past what it
+    holds), where they passed what the marker says: a salvage that cannot
+    read them in the file numbers past them (found by the soak: a journal
+    truncated twice lost its streams table and counters, and numbered from
+    a million again).
+    """
+    numbered = max((last for _, last in recovered.streams.values()), default=0)
+    numbered = max(numbered, recovered.stream_floor)
+    if expected is not None and numbered <= expected.numbered and last_id <= expected.letters:
+        return
+    had = expected or Marker("", "", 0.0)
+    write_marker(
+        marker,
+        Marker(
+            str(path.resolve()),
+            identity,
+            created,
+            max(numbered, had.numbered),
+            max(last_id, had.letters),
+        ),
+    )
 
 
 def recover(

@@ -258,11 +258,19 @@ def finish_interrupted(path: Path) -> None:
     _sync_directory(path.parent)
 
 
-def salvage(path: Path, reason: str, identity: str | None, crash_skip: int, now: float) -> Salvage:
+def salvage(
+    path: Path,
+    reason: str,
+    identity: str | None,
+    crash_skip: int,
+    now: float,
+    given: tuple[int, int] = (0, 0),
+) -> Salvage:
     """
     Salvage the damaged journal at C{path} (see the module): a new journal
     there, the damaged file aside; what was done and lost. C{identity}: the
-    journal's identity if the damaged file no longer says it (the data
+    journal's identity if the damaged file no longer says it, and C{given},
+    the highest stream number and letter id it may have given (the data
     directory's marker's).
     """
     building = path.with_name(path.name + BUILDING)
@@ -282,7 +290,7 @@ def salvage(path: Path, reason: str, identity: str | None, crash_skip: int, now:
             with closing(source):
                 copier.copy(source)
         _remove_copy(path)
-        copier.finish(identity, crash_skip)
+        copier.finish(identity, crash_skip, given)
         target.execute("COMMIT")
         target.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     os.replace(path, report.aside)
@@ -726,7 +734,7 @@ class _Copier:
 
     # The new journal's numbers.
 
-    def finish(self, identity: str | None, crash_skip: int) -> None:
+    def finish(self, identity: str | None, crash_skip: int, given: tuple[int, int]) -> None:
         target, report = self._target, self._report
         if self.identity is not None:
             target.execute(
@@ -759,9 +767,9 @@ class _Copier:
                 [(stream, a, b, self._now, reason) for a, b in stretches],
             )
         counters = dict(self.counters)
-        counters[QUEUED_LAST_ID] = max(counters.get(QUEUED_LAST_ID, 0), self.last_id)
+        counters[QUEUED_LAST_ID] = max(counters.get(QUEUED_LAST_ID, 0), self.last_id, given[1])
         floor = counters.get(STREAM_FLOOR, 0)
-        numbered = max(counters.get(STREAMS_NUMBERED, 0), highest)
+        numbered = max(counters.get(STREAMS_NUMBERED, 0), highest, given[0])
         counters[STREAMS_NUMBERED] = numbered
         if report.streams_unknown:
             floor = max(floor, numbered + crash_skip)

@@ -506,6 +506,31 @@ class OpenTests(TestCase):
         self.assertGreater(journal.append_stream("s", "w", "y", [b"y"], 6.0), 100 + CRASH_SKIP + 1)
 
     @inlineCallbacks
+    def test_numbersKeptInTheMarker(self) -> Inline:
+        """
+        A journal cut so short that nothing in it can be read (its streams
+        table and counters lost) still numbers every stream past what it
+        may have given: its data directory's marker says so, refreshed at
+        each open (found by the soak: such a journal numbered from a
+        million again, and gave numbers twice).
+        """
+        yield self.fill(100)
+        mark_crashed(self.path)
+        journal = self.journal()
+        journal.open()  # numbering jumps past 100: the marker says 1100
+        self.assertEqual(journal.append_stream("s", "w", "x", [b"x"], 2.0), 100 + CRASH_SKIP + 1)
+        yield journal.close()
+        marker = read_marker(self.marker)
+        assert marker is not None
+        self.assertEqual(marker.numbered, 100 + CRASH_SKIP)
+        self.path.write_bytes(self.path.read_bytes()[:50])
+        journal = self.journal()
+        journal.open()
+        assert journal.salvaged is not None
+        self.assertGreater(journal.append_stream("s", "w", "y", [b"y"], 6.0), 100 + CRASH_SKIP + 1)
+        self.assertGreater(journal.append_stream("t", "w", "y", [b"y"], 6.0), 100 + CRASH_SKIP + 1)
+
+    @inlineCallbacks
     def test_cutShortSalvaged(self) -> Inline:
         """
         A file cut shorter than SQLite's header where the marker says a
