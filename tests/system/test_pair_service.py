@@ -228,6 +228,35 @@ class PairServiceTests(TestCase):
         self.assertEqual(stored.status_code, mlm.SUCCESS)
         return stored
 
+    async def delivered_to_box(self, member: Member, stored: mlm.Stored, body: bytes) -> None:
+        """The letter C{stored} acknowledged, with C{body}, is delivered to "box" by C{member}."""
+        receiver = self.peer(member)
+        self.assertEqual(
+            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
+        )
+        record = await receiver.next()
+        assert isinstance(record, mlm.MailboxRecord)
+        self.assertEqual((record.id, record.content), (stored.id, [body]))
+
+    async def both_restart_after(self, serving: Member, *statements: str) -> Path:
+        """
+        The backup stops, C{statements} are run on its journal file (as a
+        salvage of a damaged file leaves it), and both start: C{serving}
+        serves and the other follows it. The backup's journal's path.
+        """
+        await self.backup.stop()
+        path = self.backup.settings.data_dir / "journal.sqlite"
+        with closing(sqlite3.connect(path)) as conn:
+            for statement in statements:
+                conn.execute(statement)
+            conn.commit()
+        self.primary.start(self.context)
+        self.backup.start(self.context)
+        following = self.backup if serving is self.primary else self.primary
+        await formed(serving, following)
+        self.assertIs(following.pair.machine.state, State.PASSIVE)
+        return path
+
     async def letter_held_for_the_backup(self) -> Peer:
         """
         The backup applies nothing more, and a client of the primary sends
@@ -349,13 +378,7 @@ class PairServiceTests(TestCase):
         self.backup.start(self.context)
         await formed(self.backup, self.primary)
         self.assertIs(self.primary.pair.machine.state, State.PASSIVE)
-        receiver = self.peer(self.backup)
-        self.assertEqual(
-            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
-        )
-        record = await receiver.next()
-        assert isinstance(record, mlm.MailboxRecord)
-        self.assertEqual((record.id, record.content), (stored.id, [b"kept"]))
+        await self.delivered_to_box(self.backup, stored, b"kept")
 
     async def test_newerHistoryWaitsForTheOlderActiveToYield(self) -> None:
         """
@@ -387,19 +410,12 @@ class PairServiceTests(TestCase):
         the backup acknowledged alone was cut back).
         """
         stored = await self.stored_by_backup_alone(b"kept", records=5)
-        await self.backup.stop()
-        path = self.backup.settings.data_dir / "journal.sqlite"
-        with closing(sqlite3.connect(path)) as conn:
-            conn.execute(
-                "DELETE FROM stream_messages WHERE stream = 'orders' AND seq BETWEEN 2 AND 4"
-            )
-            conn.execute("UPDATE streams SET message_count = 2 WHERE stream = 'orders'")
-            conn.execute("INSERT INTO journal_losses VALUES ('orders', 2, 4, 0.0, 'damaged page')")
-            conn.commit()
-        self.primary.start(self.context)
-        self.backup.start(self.context)
-        await formed(self.backup, self.primary)
-        self.assertIs(self.primary.pair.machine.state, State.PASSIVE)
+        path = await self.both_restart_after(
+            self.backup,
+            "DELETE FROM stream_messages WHERE stream = 'orders' AND seq BETWEEN 2 AND 4",
+            "UPDATE streams SET message_count = 2 WHERE stream = 'orders'",
+            "INSERT INTO journal_losses VALUES ('orders', 2, 4, 0.0, 'damaged page')",
+        )
         journal = self.backup.journal
         await until(lambda: not journal.losses())
         await journal.flush()
@@ -413,13 +429,7 @@ class PairServiceTests(TestCase):
         framed = [(n + 1, len(b"r%d" % n).to_bytes(4, "big") + b"r%d" % n) for n in range(5)]
         self.assertEqual(rows, framed)
         self.assertEqual((counted, losses), ((5,), (0,)))
-        receiver = self.peer(self.backup)
-        self.assertEqual(
-            await receiver.command(mlm.ConnectionOpen(version=2, address="box")), mlm.Ok()
-        )
-        record = await receiver.next()
-        assert isinstance(record, mlm.MailboxRecord)
-        self.assertEqual((record.id, record.content), (stored.id, [b"kept"]))
+        await self.delivered_to_box(self.backup, stored, b"kept")
 
     async def test_damagedPartnersNumbersNotGivenAgain(self) -> None:
         """
@@ -432,15 +442,11 @@ class PairServiceTests(TestCase):
         twice, and a client's dedupe dropped the second letter of an id).
         """
         stored = await self.stored_by_backup_alone(b"")
-        await self.backup.stop()
-        with closing(sqlite3.connect(self.backup.settings.data_dir / "journal.sqlite")) as conn:
-            conn.execute("INSERT INTO journal_losses VALUES ('orders', 5, 9, 0.0, 'damaged page')")
-            conn.execute("DELETE FROM pair_state")
-            conn.commit()
-        self.primary.start(self.context)
-        self.backup.start(self.context)
-        await formed(self.primary, self.backup)
-        self.assertIs(self.backup.pair.machine.state, State.PASSIVE)
+        await self.both_restart_after(
+            self.primary,
+            "INSERT INTO journal_losses VALUES ('orders', 5, 9, 0.0, 'damaged page')",
+            "DELETE FROM pair_state",
+        )
         sender = self.peer(self.primary)
         self.assertEqual(await sender.command(mlm.ConnectionOpen(version=2, address="s")), mlm.Ok())
         sender.send(mlm.MailboxSend("box", "after", "", 0, [b""]))

@@ -496,10 +496,7 @@ class ReplicationTests(JournalPairCase):
         """
 
         async def run() -> None:
-            active, passive = self.journal("a"), self.journal("b")
-            pair = Pair(active, passive, History("e1"), sync=True)
-            pair.replica.hello()
-            await self.until(lambda: pair.source.in_sync)
+            active, passive, pair = await self.linked(sync=True)
             self.write(active, "trades", 2500)
             await active.flush()
             await self.until(lambda: pair.source.acked >= active.handed)
