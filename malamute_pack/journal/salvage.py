@@ -626,12 +626,15 @@ class _Copier:
                 names.add(after)
         for stream in sorted(names):
             # The index is damaged: a search in it may end early, or skip,
-            # without a word. Every number from the first it or the records
-            # show to the high-water mark that was not saved counts as lost.
+            # without a word, and the first records may be gone from it and
+            # from the table alike. Every number up to the high-water mark
+            # that was not saved (nor skipped) counts as lost, from the first
+            # (found by the soak: a file that lost its first pages looked
+            # like a stream pruned up to its first saved record; a pair's
+            # partner, told that it retained nothing before, deleted its
+            # copies).
             listed, _ = _search_keys(source, stream)
-            copied = self.copied.get(stream, [])
-            firsts = [runs[0][0] for runs in (_merged(listed), _merged(copied)) if runs]
-            self._lost(stream, listed, [[min(firsts, default=1), MAX_KEY]])
+            self._lost(stream, listed, [[1, MAX_KEY]])
 
     def _lost(self, stream: str, listed: Runs, stretches: Runs) -> None:
         """

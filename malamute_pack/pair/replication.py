@@ -640,9 +640,15 @@ class ReplicationSource:
         if link != self.link:
             return None
         lasts = {str(stream): int(last) for stream, last, _ in snapshot[0]}
-        # The first record each stream retains (none: the one after its last).
+        # The first record each stream retains (none: the one after its last),
+        # or the first it lost to damage: the partner keeps what this journal
+        # lost (it is asked for it once in sync), not only what it retains.
+        lost = self._journal.losses()
         firsts = {
-            str(stream): int(last) + 1 if first is None else int(first)
+            str(stream): min(
+                int(last) + 1 if first is None else int(first),
+                lost.get(str(stream), int(last) + 1),
+            )
             for stream, last, first in snapshot[0]
         }
         ids = [int(row[0]) for row in snapshot[1]]

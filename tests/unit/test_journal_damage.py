@@ -531,6 +531,33 @@ class OpenTests(TestCase):
         self.assertGreater(journal.append_stream("t", "w", "y", [b"y"], 6.0), 100 + CRASH_SKIP + 1)
 
     @inlineCallbacks
+    def test_lostHeadTold(self) -> Inline:
+        """
+        A file whose stream index and first records are both damaged is
+        salvaged with the numbers before the first record saved counted
+        lost, not taken for records pruned (found by the soak: a pair's
+        partner, told the journal retained nothing before, dropped its
+        copies of them).
+        """
+        yield self.fill()
+        (root,) = sql(
+            self.path,
+            "SELECT rootpage FROM sqlite_master"
+            " WHERE name LIKE 'sqlite_autoindex_stream_messages%'",
+        )[0]
+        data = bytearray(self.path.read_bytes())
+        data[(root - 1) * 4096] = 0x77  # the index's root page
+        self.path.write_bytes(bytes(data))
+        break_page(self.path, b"MARK00001-")
+        mark_crashed(self.path)
+        journal = self.journal()
+        journal.open()
+        assert journal.salvaged is not None
+        served, lost = yield self.served(journal, 300)
+        self.assertEqual(served | lost, set(range(1, 301)))
+        self.assertIn(1, lost)
+
+    @inlineCallbacks
     def test_cutShortSalvaged(self) -> Inline:
         """
         A file cut shorter than SQLite's header where the marker says a

@@ -489,8 +489,10 @@ class ReplicationTests(JournalPairCase):
 
     def test_active_losses_copied_back(self) -> Deferred[None]:
         """
-        An active whose journal lost records to damage (a salvage's losses)
-        asks its passive for them once it is in sync, a page at a time:
+        An active whose journal lost records to damage (a salvage's losses,
+        here the stream's first ones: the catch-up does not tell the passive
+        to drop what comes before what the active retains) asks its passive
+        for them once it is in sync, a page at a time:
         those the passive holds are written back (counted in the stream's
         totals), and only those it lacks too stay lost, here and in the file.
         """
@@ -502,7 +504,7 @@ class ReplicationTests(JournalPairCase):
             await self.until(lambda: pair.source.acked >= active.handed)
             await passive.flush()
             pair.replica.stop()
-            for journal, cut, lost in ((active, (100, 1500), True), (passive, (1200, 1300), False)):
+            for journal, cut, lost in ((active, (1, 1500), True), (passive, (1200, 1300), False)):
                 path = journal.path
                 await journal.close()
                 with closing(sqlite3.connect(path, isolation_level=None)) as conn:
@@ -524,13 +526,15 @@ class ReplicationTests(JournalPairCase):
             for journal in (again, follower):
                 journal.open()
                 self.addCleanup(self._close, journal)
-            self.assertEqual(again.lost("trades", 1, 2500), [(100, 1500)])
+            self.assertEqual(again.lost("trades", 1, 2500), [(1, 1500)])
             refill = Pair(again, follower, History("e1"), sync=True)
             refill.replica.hello()
             await self.until(lambda: again.lost("trades", 1, 2500) == [(1200, 1300)])
             await again.flush()
             asks = [m for m in refill.to_passive.sent if isinstance(m, wire.RefillAsk)]
-            self.assertEqual([(m.first, m.last) for m in asks], [(100, 1500), (1100, 1500)])
+            self.assertEqual([(m.first, m.last) for m in asks], [(1, 1500), (1001, 1500)])
+            begin = next(m for m in refill.to_passive.sent if isinstance(m, wire.CatchupBegin))
+            self.assertEqual(begin.firsts, {"trades": 1})  # the passive keeps what was lost
             held = [seq for seq, _, _ in _stream(again.path, "trades")]
             self.assertEqual(held, [*range(1, 1200), *range(1301, 2501)])
             self.assertEqual(
