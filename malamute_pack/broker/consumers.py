@@ -221,9 +221,7 @@ class Consumers:
                 check_join(message)  # a bad join is refused for what it is, first
                 self._admit(connection, key, user)
             self.groups.join(connection, message, known, user)
-            if whence == mlm.RESUME and message.position:
-                # Told if its numbering started again (its position is from before).
-                self._streams.resume_point(connection, stream, message.position)
+            self._tell_if_renumbered(connection, message)
             if new:
                 connection.new_consumers += 1
             if connection.consuming is None:
@@ -242,9 +240,7 @@ class Consumers:
         owner = known.owner if known is not None else user
         if whence == mlm.RESUME:
             if known is None:
-                if message.position:
-                    # Told if its numbering started again (its position is from before).
-                    self._streams.resume_point(connection, stream, message.position)
+                self._tell_if_renumbered(connection, message)
                 seq = store.first_seq(stream) - 1
                 self._streams.read_from(connection, stream, message.pattern, mlm.EARLIEST, 0)
             else:
@@ -259,6 +255,15 @@ class Consumers:
         if known is None:
             connection.new_consumers += 1
         self._hold(connection, key)
+
+    def _tell_if_renumbered(self, connection: Connection, message: mlm.StreamConsume) -> None:
+        """
+        A consumer resuming with the number after the last record its client
+        was handed is told if the stream's numbering started again since
+        (L{Streams.resume_point}: its position is from before).
+        """
+        if message.whence == mlm.RESUME and message.position:
+            self._streams.resume_point(connection, message.stream, message.position)
 
     def _reset(self, key: Key, whence: int, position: int, store: Store, owner: str) -> None:
         """Move the consumer's position to just before C{whence}/C{position}."""

@@ -89,7 +89,12 @@ from malamute_pack.journal.reader import ReaderThread
 from malamute_pack.journal.records import QUEUED_KINDS
 from malamute_pack.journal.replica import Shipper
 from malamute_pack.journal.salvage import Salvage
-from malamute_pack.journal.schema import QUEUED_LAST_ID, RAISE_COUNTER, STREAM_FLOOR
+from malamute_pack.journal.schema import (
+    QUEUED_LAST_ID,
+    RAISE_COUNTER,
+    SKIP_UP_TO,
+    STREAM_FLOOR,
+)
 from malamute_pack.journal.sequencing import Ceiling, Sequencer, merge_tail
 from malamute_pack.journal.verify import Found
 from malamute_pack.journal.writer import (
@@ -1054,13 +1059,7 @@ class Journal:
         return self.execute(
             [
                 # Numbers this journal never gives: a salvage counts none of them lost.
-                (
-                    "INSERT INTO stream_skips (stream, first_seq, last_seq)"
-                    " SELECT stream, last_seq + 1, ?1 FROM streams WHERE last_seq < ?1"
-                    " ON CONFLICT (stream, first_seq)"
-                    " DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
-                    (ceiling.streams,),
-                ),
+                (SKIP_UP_TO, (ceiling.streams,)),
                 ("UPDATE streams SET last_seq = max(last_seq, ?)", (ceiling.streams,)),
                 (RAISE_COUNTER, (STREAM_FLOOR, ceiling.streams)),
                 (RAISE_COUNTER, (QUEUED_LAST_ID, ceiling.letters)),

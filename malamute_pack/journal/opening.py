@@ -260,8 +260,7 @@ def _mark_numbers(
     truncated twice lost its streams table and counters, and numbered from
     a million again).
     """
-    numbered = max((last for _, last in recovered.streams.values()), default=0)
-    numbered = max(numbered, recovered.stream_floor)
+    numbered = _numbered(recovered.streams, recovered.stream_floor)
     if expected is not None and numbered <= expected.numbered and last_id <= expected.letters:
         return
     had = expected or Marker("", "", 0.0)
@@ -317,8 +316,7 @@ def recover(
         if floor < crash_skip:
             floor = crash_skip
             conn.execute(SET_COUNTER, (STREAM_FLOOR, floor))
-    numbered = max((last for _, last in streams.values()), default=0)
-    conn.execute(RAISE_COUNTER, (STREAMS_NUMBERED, numbered))
+    conn.execute(RAISE_COUNTER, (STREAMS_NUMBERED, _numbered(streams)))
     conn.execute(SET_COUNTER, (RUNNING, 1))
     appends = [
         AppendKey(*row)
@@ -347,6 +345,15 @@ def recover(
         found,
     )
     return recovered, crashed, last_id
+
+
+def _numbered(streams: dict[str, tuple[int, int]], floor: int = 0) -> int:
+    """
+    The highest stream number a journal holding C{streams} (first, last:
+    past a crash's skip) may give before it next opens, or C{floor} (where a
+    stream it does not know starts after) if that is higher.
+    """
+    return max(floor, max((last for _, last in streams.values()), default=0))
 
 
 def _note_skips(

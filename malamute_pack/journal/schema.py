@@ -279,11 +279,18 @@ def _add_skips(db: Database) -> None:
     )
 
 
-# Records that C{stream} (?1) skips the numbers from ?2 to ?3 (it merges
-# with a skip of the same start).
+# A skip merges with a skip of the same start.
+_MERGE_SKIP: Final = (
+    " ON CONFLICT (stream, first_seq) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
+)
+# Records that C{stream} (?1) skips the numbers from ?2 to ?3.
 ADD_SKIP: Final = (
-    "INSERT INTO stream_skips (stream, first_seq, last_seq) VALUES (?, ?, ?) "
-    "ON CONFLICT (stream, first_seq) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)"
+    "INSERT INTO stream_skips (stream, first_seq, last_seq) VALUES (?, ?, ?)" + _MERGE_SKIP
+)
+# Records that every stream skips the numbers from after its last up to ?1.
+SKIP_UP_TO: Final = (
+    "INSERT INTO stream_skips (stream, first_seq, last_seq)"
+    " SELECT stream, last_seq + 1, ?1 FROM streams WHERE last_seq < ?1" + _MERGE_SKIP
 )
 
 

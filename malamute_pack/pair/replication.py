@@ -886,7 +886,7 @@ class Replica:
         """
         return self.in_sync and self.confirmed
 
-    def heartbeat_link(self, link: int, now: float, holds_in_sync: bool = False) -> None:
+    def heartbeat_link(self, link: int, now: float, holds_in_sync: bool) -> None:
         """
         The active's heartbeat names its link and whether it holds its
         partner in sync there (L{confirmed}): another link than this
