@@ -344,12 +344,24 @@ class Consumers:
                 stream, wanted, mlm.FAILED, "consumer taken over by another connection"
             )
             return
+        last = store.last_seq(stream)
+        if wanted > last:
+            # A number this stream never gave: the client's, from a
+            # numbering since started again (a journal started afresh; sent
+            # again after the reconnection), must not move the position
+            # over the new numbering's records (found by the soak).
+            session.committed(
+                stream,
+                wanted,
+                mlm.FAILED,
+                f"record {wanted} is past the last record of stream {stream!r} ({last}): "
+                "not one this broker gave (its numbers may have started again)",
+            )
+            return
         key = (stream, READER, name)
         known = self._positions.get(key)
-        # Clamped to what this connection was sent: a commit of a number
-        # it never had (sent again after a restart, when the numbers of a
-        # journal started afresh are not the ones it committed) passes over
-        # nothing it was not given (found by the soak).
+        # Clamped to what this connection was sent: a commit of a number it
+        # was not sent yet passes over nothing it was not given.
         sent = self._streams.sent_through(connection, stream)
         seq = max(min(wanted, sent), known.seq if known is not None else 0)
         owner = known.owner if known is not None else connection.session.user or ""

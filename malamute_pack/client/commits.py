@@ -14,7 +14,8 @@ still on the wire.
   it was sent is clamped to it (and one below its position answers that
   position). The result is the broker's position, whatever was asked.
 - A refusal (300: not a consumer of the stream, taken over, no longer a
-  group's member, a record not delivered to this member, a journal error)
+  group's member, a record not delivered to this member, a number past the
+  stream's last, a journal error), which the broker sends at once,
   settles the oldest commit of that stream and sequence (or, if none has
   that sequence, of that stream) with L{MalamuteError}.
 - A commit not answered within C{timeout} seconds of the call (the

@@ -151,7 +151,8 @@ class ClientFacade(ABC, Generic[CommandResult, StoredResult]):
         as a consumer): the result is the position the broker made durable,
         which is the broker's and may be lower than C{sequence} (a reader's
         commit past the last record it was sent is clamped to that record); a
-        refusal raises (or fails with) L{MalamuteError}, no answer within
+        refusal (of a number past the stream's last record, among others)
+        raises (or fails with) L{MalamuteError}, no answer within
         C{commit_timeout} seconds L{BrokerUnreachableError}.
         """
         return self._await_stored(lambda settled: self._core.commit(stream, sequence, settled))

@@ -345,14 +345,16 @@ class Pack:
     def _covers(self, stream: str, origin: str, after: int) -> bool:
         """
         Whether this copy of C{stream} holds every record of C{origin}
-        numbered past C{after} there: yes if nothing of it was acknowledged
-        anywhere (C{after} 0), or if this copy held its records at start or
-        took them from at or below C{after}; no if it took its first one
-        past C{after} (a copy started afresh is asked only for what the
-        peer wrote since it started).
+        numbered past C{after} there: yes if this copy held its records at
+        start or took them from at or below C{after} (or from the origin's
+        first, 1); no if it took its first one past that (a copy started
+        afresh is asked only for what the peer wrote since it started). An
+        C{after} of 0 is not taken to say that nothing was acknowledged: a
+        broker started afresh may not have been told yet (found by the
+        soak).
         """
         first = self._firsts.get((stream, origin))
-        return after <= 0 or first is None or first <= after
+        return first is None or first <= max(after, 1)
 
     def _patterns(self, stream: str) -> list[str]:
         """The patterns this broker's readers read C{stream} with."""

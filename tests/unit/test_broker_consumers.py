@@ -105,23 +105,53 @@ class ResumeTests(ConsumerTestCase):
         self.h.send(C1, mlm.StreamCommit("s", 3))
         self.assertEqual(committed(self.h.take(C1)), [(6, 200, ""), (6, 200, "")])
 
-    def test_commitClampedToLast(self) -> None:
-        """A commit past the stream's last record is clamped to it."""
+    def test_commitPastTheLastRefused(self) -> None:
+        """
+        A commit past the stream's last record (a number it never gave) is
+        refused (300, saying so, at once: a refusal names its sequence, so
+        it may pass answers still waiting for the disk) and moves nothing:
+        the next consumer resumes where the last commit it acknowledged
+        left it.
+        """
         self.consume(C1)
+        self.h.send(C1, mlm.StreamCommit("s", 3))
         self.h.send(C1, mlm.StreamCommit("s", 1000))
-        self.assertEqual(committed(self.h.take(C1)), [(10, 200, "")])
-        self.write(1)
-        self.h.take(C1)
+        answers = committed(self.h.take(C1))
+        self.assertEqual([(seq, code) for seq, code, _ in answers], [(1000, 300), (3, 200)])
+        self.assertIn("past the last record", answers[0][2])
         self.h.send(C1, mlm.ConnectionClose())
-        self.assertEqual(seqs(self.consume(C2)), [11])
+        self.assertEqual(seqs(self.consume(C2)), list(range(4, 11)))
+
+    def test_staleCommitAfterTheNumberingStartedAgain(self) -> None:
+        """
+        A commit sent again after a reconnection, numbered by the journal
+        its client read before (since started afresh: its numbers are past
+        this stream's), is refused even after the records of the new
+        numbering were sent to the connection; the consumer's position does
+        not pass over them, and a commit in the new numbering is
+        acknowledged (found by the soak: the stale commit was clamped to
+        the records just sent, and the client was then handed records at or
+        below the position it was told).
+        """
+        session = InMemorySession("again")
+        self.h.broker.receive(session, mlm.ConnectionOpen(version=2))
+        self.h.broker.receive(session, mlm.StreamConsume("s", "", "c1", "", mlm.RESUME, 18042014))
+        self.h.settle()
+        self.assertEqual([r.seq for r in session.records], list(range(1, 11)))
+        self.h.broker.receive(session, mlm.StreamCommit("s", 18042013))
+        self.h.broker.receive(session, mlm.StreamCommit("s", 1))
+        self.h.settle()
+        answers = [said.values[:3] for said in session.said if said.what == "committed"]
+        self.assertEqual(answers, [("s", 18042013, 300), ("s", 1, 200)])
+        self.h.broker.receive(session, mlm.ConnectionClose())
+        self.assertEqual(seqs(self.consume(C2)), list(range(2, 11)))
 
     def test_commitClampedToWhatItWasSent(self) -> None:
         """
-        A reader's commit of a record its connection was not sent (one sent
-        again after a restart, numbered by a journal since started afresh)
-        is clamped to the last record it was sent: it passes over nothing
-        it never had, and the records after its position still come (found
-        by the soak: the position jumped to the stream's end).
+        A reader's commit of a record of the stream its connection was not
+        sent yet is clamped to the last record it was sent: it passes over
+        nothing it never had, and the records after its position still
+        come.
         """
         self.consume(C1)
         self.h.send(C1, mlm.StreamCommit("s", 4))
@@ -130,7 +160,7 @@ class ResumeTests(ConsumerTestCase):
         session = InMemorySession("again")
         self.h.broker.receive(session, mlm.ConnectionOpen(version=2))
         self.h.broker.receive(session, mlm.StreamConsume("s", "", "c1", "", mlm.RESUME, 0))
-        self.h.broker.receive(session, mlm.StreamCommit("s", 1000))
+        self.h.broker.receive(session, mlm.StreamCommit("s", 9))
         self.h.settle()
         answers = [said.values for said in session.said if said.what == "committed"]
         self.assertEqual(answers, [("s", 4, 200, "")])
