@@ -178,7 +178,8 @@ class PeerBroker:
         self.outbox = outbox
         self._marks = marks
         self._on_addresses = on_addresses
-        self.session = PeerSession(name, outbox)
+        self._relays = Relays() if relays is None else relays
+        self.session = PeerSession(name, outbox, self._relays.forget)
         connection = broker.attach_remote(self.session)
         assert connection is not None
         self.session.connection = self.connection = connection
@@ -186,7 +187,6 @@ class PeerBroker:
         self.mailboxes: dict[str, RemoteHolder] = {}
         self.workers: dict[str, RemoteHolder] = {}
         self._offered: dict[tuple[str, str], int] = {}
-        self._relays = Relays() if relays is None else relays
         self._relays.send = outbox.send
         self.counters = PeerCounters()
         self._log_limit = LogLimit(clock, _log)
@@ -520,7 +520,7 @@ class PeerBroker:
         )
         # A request is answered for again once done with here (a letter once stored).
         relay = self._relays.finished(message.relay_id) if service else None
-        self.session.relays.append(message.relay_id)
+        self.session.relays.append(key)
         self._broker.post.post(
             kind, self.connection, outbound, message.sender, relay, (self.origin, message.relay_id)
         )

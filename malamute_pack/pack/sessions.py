@@ -17,6 +17,7 @@ Tests: ``tests/unit/test_pack_federation.py``.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from twisted.internet.interfaces import IReactorTime
@@ -53,18 +54,29 @@ class PeerSession(_PackSession):
     @ivar history: streams the peer asked history of, with the last
         sequence number written when it asked: records up to it are marked
         as history (what was written since is live for the peer's readers).
-    @ivar relays: the peer's ids of the letters it handed over, in the
-        order they were posted (their receipts come in that order).
+    @ivar relays: the peer's letters it handed over, as (kind, relay id),
+        in the order they were posted (their receipts come in that order).
     @ivar in_flight: the letters handed to the peer and not answered for
         yet, by id, with the holder that handed each.
     """
 
-    def __init__(self, name: str, outbox: PeerOutbox) -> None:
+    def __init__(
+        self,
+        name: str,
+        outbox: PeerOutbox,
+        refused: Callable[[tuple[int, int]], None] = lambda key: None,
+    ) -> None:
+        """
+        @param refused: called with a letter's (kind, relay id) when it was
+            refused here: the peer hands it over again, and it must then be
+            taken anew, not be known as one stored here already.
+        """
         self.name = name
         self._outbox = outbox
+        self._refused = refused
         self.connection: Connection | None = None
         self.history: dict[str, int] = {}
-        self.relays: deque[int] = deque()
+        self.relays: deque[tuple[int, int]] = deque()
         # The letters handed to the peer, by id, and who handed them.
         self.in_flight: dict[int, RemoteHolder] = {}
         self.gaps = 0
@@ -112,8 +124,14 @@ class PeerSession(_PackSession):
         """A letter the peer handed over is stored here (or refused): it hears."""
         if not self.relays:
             return
-        relay_id = self.relays.popleft()
+        key = self.relays.popleft()
+        relay_id = key[1]
         code = receipt.code if receipt.code is not None else mlm.FAILED
+        if code != mlm.SUCCESS:
+            # Not kept here: when it comes again it is taken, not answered
+            # "stored" (found by the soak: a pair refused letters for a
+            # journal error, and lost their retries that way).
+            self._refused(key)
         self._outbox.send(
             packlink.encode(
                 packlink.Answer(relay_id, packlink.STORED, code, mlm.fit_string(receipt.reason))

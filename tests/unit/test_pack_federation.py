@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from malamute_pack.broker.access import AccessControl
 from malamute_pack.broker.broker import BrokerConfig
+from malamute_pack.broker.limits import Limits
 from malamute_pack.journal import JournalConfig
 from malamute_pack.pack.federation import HEADER_PROTOCOL, PROTOCOL, Pack
 from malamute_pack.pack.peer_broker import MAX_ASKS, REWIND_DELAY
@@ -44,13 +45,20 @@ class Network:
     """
 
     def __init__(
-        self, base: Path, names: list[str], journal: bool = True, owners: bool = False
+        self,
+        base: Path,
+        names: list[str],
+        journal: bool = True,
+        owners: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         """
         @param owners: the brokers' clients authenticate (each broker has
             access control) and the packs tell each other the owners of
             addresses, as a CURVE pack's brokers do.
+        @param limits: every broker's limits (the defaults if None).
         """
+        self._limits = limits or Limits()
         self.harnesses: dict[str, BrokerHarness] = {}
         self._owners = owners
         self.packs: dict[str, Pack] = {}
@@ -72,7 +80,7 @@ class Network:
         one, its clock C{later} seconds on.
         """
         harness = BrokerHarness(
-            BrokerConfig(timeout=60.0),
+            BrokerConfig(timeout=60.0, limits=self._limits),
             self._base / f"{name}.sqlite" if self._journal else None,
             JournalConfig(prune_interval_s=3600),
         )
@@ -171,6 +179,15 @@ class Network:
                 self.packs[to].whispered(self.peers[sender], frames)
         raise AssertionError("the network never went quiet")
 
+    def deliver_now(self) -> None:
+        """Deliver what is in flight, and what that sends, with no time passing."""
+        while self.in_flight:
+            for harness in self.harnesses.values():
+                harness.settle()
+            sender, to, frames = self.in_flight.popleft()
+            self.sent.append((sender, to, packlink.decode(frames)))
+            self.packs[to].whispered(self.peers[sender], frames)
+
     def forwarded(self, sender: str, to: str) -> list[packlink.Forward]:
         return [
             m
@@ -207,9 +224,10 @@ def subjects(messages: list[mlm.Message]) -> list[str]:
 class PackTestCase(SynchronousTestCase):
     names: ClassVar[list[str]] = ["a", "b", "c"]
     journal = True
+    limits = Limits()
 
     def setUp(self) -> None:
-        self.net = Network(Path(self.mktemp()), self.names, self.journal)
+        self.net = Network(Path(self.mktemp()), self.names, self.journal, limits=self.limits)
         self.addCleanup(self.net.close)
         self.net.mesh()
 
@@ -472,6 +490,35 @@ class MailboxTests(PackTestCase):
         self.net.full.clear()
         self.net.join("a", "b")
         self.assertEqual(self.got("b", R), ["once"])
+
+
+class RefusedLetterTests(PackTestCase):
+    limits = Limits(mailbox_max_messages=1)
+
+    def test_letterRefusedThenHandedOverAgainIsTaken(self) -> None:
+        """
+        A letter B refused (its mailbox was full: retry later), handed over
+        again by A once B can take it, is stored and delivered on B, not
+        answered "stored" as one B already had (found by the soak: a pair
+        that refused relayed letters for a journal error answered their
+        retries "stored" and never had them).
+        """
+        self.h("b").open(R, "bob")
+        self.net.run()
+        self.h("b").full.add(R)  # bob takes nothing for now
+        self.h("a").open(W, "alice", version=2)
+        self.h("a").send(W, mlm.MailboxSend("bob", "one", "", 0, [b"1"]))
+        self.net.run()
+        self.h("a").send(W, mlm.MailboxSend("bob", "two", "", 0, [b"2"]))
+        self.net.deliver_now()
+        refusals = [m for _, _, m in self.net.sent if isinstance(m, packlink.Answer)]
+        self.assertEqual([a.code for a in refusals], [200, 300])
+        self.assertEqual(len(self.h("a").broker.post.mailbox("bob")), 1)  # taken back
+        self.h("b").full.clear()
+        self.net.run()  # both brokers try again what stalled
+        self.assertEqual(self.got("b", R), ["one", "two"])
+        self.assertEqual(len(self.h("a").broker.post.mailbox("bob")), 0)
+        self.assertEqual(len(self.h("b").broker.post.mailbox("bob")), 0)
 
 
 class ServiceTests(PackTestCase):
