@@ -30,10 +30,14 @@ broker of a pair is damaged at a time, and while it is (and for
 L{CATCH_UP} seconds after it is started again, time to catch up from its
 partner) its partner is not stopped, paused or damaged; every fault ends
 before the soak does. The schedule cannot foresee a broker that stops by
-itself (below): a damage whose broker's partner is down, or was started
-again less than L{CATCH_UP} seconds ago, when it comes, is done as a kill
-alone (L{catching_up}): the damaged journal may hold the only copy of what
-it acknowledged while its partner was away, which no broker can keep.
+itself (below), nor what a pair does while its link is cut: a damage
+whose broker's partner is down, or was started again less than
+L{CATCH_UP} seconds ago (L{catching_up}), or is cut off from it, or was
+less than L{CATCH_UP} seconds ago (L{PairSeparations}: a cut between the
+two, or one of them unplugged from the pair link), when it comes, is done as a
+kill alone: the damaged journal may hold the only copy of what it
+acknowledged while its partner was away or apart (a backup that took over
+from an active it could not hear), which no broker can keep.
 
 A broker that exits by itself (a pair's backup that found itself a second
 active exits on purpose, status 75) is started again after a second, as
@@ -59,7 +63,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from soak.checker import JOURNAL, Report
-from soak.topology import CANNOT_START, Cluster, Layout
+from soak.topology import CANNOT_START, PAIR_LAN, Cluster, Layout
 
 KINDS: Final = ("kill", "pause", "restart", "cut", "isolate", "disk", "damage")
 PROCESS_KINDS: Final = frozenset({"kill", "pause", "restart", "damage"})
@@ -109,7 +113,7 @@ def targets(spec: Layout) -> Targets:
     """A layout's targets."""
     return Targets(
         tuple(b.name for b in spec.brokers),
-        {b.name: b.partner for b in spec.brokers if b.partner is not None},
+        spec.partners(),
         tuple(spec.links()),
         {lan: tuple(hosts) for lan, hosts in spec.lans().items()},
     )
@@ -148,6 +152,48 @@ def catching_up(launched_at: float | None, alive: bool, now: float) -> bool:
     (C{launched_at}, None if the soak started it) and may still be catching up.
     """
     return not alive or (launched_at is not None and now - launched_at < CATCH_UP)
+
+
+class PairSeparations:
+    """
+    Which pairs' brokers cannot talk (a cut between them, or one of them
+    unplugged from the pair link), and since when they can again: either
+    may have acknowledged alone what the other lacks (a backup that took
+    over from an active it could not hear).
+    """
+
+    def __init__(self, partners: Mapping[str, str]) -> None:
+        self._partners = partners
+        self._apart: Counter[frozenset[str]] = Counter()  # faults keeping them apart now
+        self._rejoined: dict[frozenset[str], float] = {}
+
+    def _pair(self, kind: str, target: Sequence[str]) -> frozenset[str] | None:
+        if kind == "cut":
+            a, b = target
+        elif kind == "isolate" and target[0] == PAIR_LAN:
+            a, b = target[1], self._partners.get(target[1], "")
+        else:
+            return None  # unplugged from the clients' LAN: the pair link still joins them
+        return frozenset((a, b)) if self._partners.get(a) == b else None
+
+    def begin(self, kind: str, target: Sequence[str]) -> None:
+        pair = self._pair(kind, target)
+        if pair is not None:
+            self._apart[pair] += 1
+
+    def end(self, kind: str, target: Sequence[str], now: float) -> None:
+        pair = self._pair(kind, target)
+        if pair is not None and self._apart[pair] > 0:
+            self._apart[pair] -= 1
+            if not self._apart[pair]:
+                del self._apart[pair]
+                self._rejoined[pair] = now
+
+    def cut_off(self, a: str, b: str, now: float) -> bool:
+        """Whether C{a} and C{b} are apart now, or were less than L{CATCH_UP} seconds ago."""
+        pair = frozenset((a, b))
+        rejoined = self._rejoined.get(pair)
+        return pair in self._apart or (rejoined is not None and now - rejoined < CATCH_UP)
 
 
 def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -319,6 +365,7 @@ class Nemesis:
         self.started: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
         self.fills: dict[int, Path] = {}
+        self.separations = PairSeparations(cluster.layout.partners())
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -374,12 +421,15 @@ class Nemesis:
                 cluster.kill(name)
             if fault.kind == "damage":
                 partner = cluster.layout.broker(name).partner
-                if partner is not None and catching_up(
-                    self.state[partner].launched_at, cluster.alive(partner), self.now()
+                now = self.now()
+                if partner is not None and (
+                    catching_up(self.state[partner].launched_at, cluster.alive(partner), now)
+                    or self.separations.cut_off(name, partner, now)
                 ):
                     detail["damage"] = (
-                        f"not done: its partner {partner} is down or catching up from it"
-                        " (started again by itself), so its journal may be the only copy"
+                        f"not done: its partner {partner} is down, catching up from it"
+                        " (started again by itself) or cut off from it, so its journal may"
+                        " be the only copy"
                     )
                 else:
                     detail.update(self.damage(name, fault.params))
@@ -389,8 +439,10 @@ class Nemesis:
             self.state[name].paused.add(fault.n)
         elif fault.kind == "cut":
             cluster.cut(target[0], target[1])
+            self.separations.begin(fault.kind, target)
         elif fault.kind == "isolate":
             cluster.unplug(target[0], target[1])
+            self.separations.begin(fault.kind, target)
         elif fault.kind == "disk":
             path, written = cluster.fill(target[0])
             self.fills[fault.n] = path
@@ -422,8 +474,10 @@ class Nemesis:
                 detail["resumed"] = cluster.resume(target[0])
         elif fault.kind == "cut":
             cluster.heal(target[0], target[1])
+            self.separations.end(fault.kind, target, self.now())
         elif fault.kind == "isolate":
             cluster.plug(target[0], target[1])
+            self.separations.end(fault.kind, target, self.now())
         elif fault.kind == "disk":
             path = self.fills.pop(fault.n, None)
             if path is not None:

@@ -46,6 +46,8 @@ TOPOLOGIES: Final = ("pack3", "pair", "pair-in-pack")
 PORT: Final = 9999
 PAIR_PORT: Final = 9998
 PACK: Final = "soak"
+# The LAN of a pair's own link (its brokers' hosts h1 and h2), apart from the clients' LAN.
+PAIR_LAN: Final = "pairlink"
 # What the brokers log (malamute_pack/pair/service.py, pack/federation.py,
 # journal/service.py, transport/router.py).
 ACTIVE: Final = "pair: active; serving clients"
@@ -116,6 +118,10 @@ class Layout:
     def broker(self, name: str) -> BrokerSpec:
         return next(b for b in self.brokers if b.name == name)
 
+    def partners(self) -> dict[str, str]:
+        """Each paired broker's partner, by name."""
+        return {b.name: b.partner for b in self.brokers if b.partner is not None}
+
     def address(self, host: int) -> str:
         return f"{self.subnet}.{host}"
 
@@ -147,7 +153,7 @@ class Layout:
         """The LANs a host can be unplugged from: C{lan} (every host), C{pairlink} (h1, h2)."""
         lans = {"lan": [f"h{i}" for i in range(1, self.hosts + 1)]}
         if self.paired:
-            lans["pairlink"] = ["h1", "h2"]
+            lans[PAIR_LAN] = ["h1", "h2"]
         return lans
 
 
@@ -430,7 +436,7 @@ class Cluster:
         self._unplugged.discard((lan, host))
 
     def _lan(self, name: str) -> Lan:
-        if name == "pairlink":
+        if name == PAIR_LAN:
             if self.pair_lan is None:
                 raise ValueError("no pair link in this topology")
             return self.pair_lan

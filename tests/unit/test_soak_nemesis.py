@@ -24,13 +24,14 @@ from soak.nemesis import (
     PROCESS_KINDS,
     WARM_UP,
     Fault,
+    PairSeparations,
     Targets,
     catching_up,
     damage_file,
     schedule,
     targets,
 )
-from soak.topology import TOPOLOGIES, layout
+from soak.topology import PAIR_LAN, TOPOLOGIES, layout
 
 
 def where(topology: str) -> Targets:
@@ -166,6 +167,29 @@ class DamageFileTests(SynchronousTestCase):
         self.assertTrue(catching_up(90.0, True, 90.0 + CATCH_UP - 0.1))
         self.assertFalse(catching_up(90.0, True, 90.0 + CATCH_UP))
         self.assertFalse(catching_up(None, True, 5.0))
+
+    def test_damageSparesTheOnlyCopyAcrossACut(self) -> None:
+        """
+        A pair's brokers cut apart (a cut between their hosts, or one
+        unplugged from the pair link; not the clients' LAN) are cut off
+        while any such fault lasts and for CATCH_UP seconds after the last
+        ends: either may have acknowledged alone what the other lacks, so a
+        damage then is not done (found by the soak: a backup took over
+        during a cut, its journal was damaged and started afresh, and what
+        it acknowledged alone was lost); other brokers are never cut off.
+        """
+        apart = PairSeparations({"h1": "h2", "h2": "h1"})
+        self.assertFalse(apart.cut_off("h1", "h2", 0.0))
+        apart.begin("isolate", ("lan", "h1"))
+        apart.begin("cut", ("h1", "h3"))
+        self.assertFalse(apart.cut_off("h1", "h2", 1.0))
+        apart.begin("cut", ("h1", "h2"))
+        apart.begin("isolate", (PAIR_LAN, "h2"))
+        apart.end("cut", ("h1", "h2"), 5.0)
+        self.assertTrue(apart.cut_off("h2", "h1", 6.0))
+        apart.end("isolate", (PAIR_LAN, "h2"), 10.0)
+        self.assertTrue(apart.cut_off("h1", "h2", 10.0 + CATCH_UP - 0.1))
+        self.assertFalse(apart.cut_off("h1", "h2", 10.0 + CATCH_UP))
 
 
 class SlotTests(SynchronousTestCase):
