@@ -56,7 +56,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final
@@ -114,6 +114,11 @@ COMPLETE: Final = "complete"
 # "0" from a takeover's start until the new active opens to its clients:
 # a journal whose takeover was abandoned claims no history it never served.
 SERVED: Final = "served"
+# With SERVED "0" after a takeover's start: what the journal held before
+# (its EPOCH, LEADER and PREVIOUS_EPOCH, as JSON), claimed again if the
+# takeover was abandoned (L{claimed}).
+BEFORE_TAKEOVER: Final = "before_takeover"
+_CLAIMS: Final = (EPOCH, LEADER, PREVIOUS_EPOCH)
 
 _SET_STATE: Final = (
     "INSERT INTO pair_state (name, value) VALUES (?, ?) "
@@ -139,6 +144,29 @@ _LESS_BEFORE: Final = (
 def set_state(values: dict[str, str]) -> list[tuple[str, tuple[Any, ...]]]:
     """The statements that record C{values} in pair_state."""
     return [(_SET_STATE, (name, value)) for name, value in values.items()]
+
+
+def before_takeover(state: Mapping[str, str]) -> str:
+    """What L{claimed} restores of C{state} (a journal's before a takeover), as BEFORE_TAKEOVER."""
+    return json.dumps({name: state.get(name, "") for name in _CLAIMS})
+
+
+def claimed(state: Mapping[str, str]) -> dict[str, str]:
+    """
+    The history a journal's pair_state C{state} claims: as written, unless
+    it holds a takeover abandoned before its broker served (SERVED "0"):
+    then the history it held before (its epoch, leader and previous
+    epoch), as if the takeover had never begun (found by the soak: a
+    backup whose takeover was abandoned at once, its partner active, came
+    back with the new epoch and as the leader, served as the primary, and
+    what the partner acknowledged meanwhile was cut back).
+    """
+    claims = dict(state)
+    before = claims.get(BEFORE_TAKEOVER)
+    if claims.get(SERVED) == "0" and before:
+        claims.update(json.loads(before))
+        del claims[SERVED]
+    return claims
 
 
 @dataclass(slots=True)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -72,6 +73,7 @@ from malamute_pack.pair.link import PairLink
 from malamute_pack.pair.machine import Action, Event, PairMachine, Role, State, Transition
 from malamute_pack.pair.probe import PartnerProbe
 from malamute_pack.pair.replication import (
+    BEFORE_TAKEOVER,
     COMPLETE,
     EPOCH,
     LEADER,
@@ -80,6 +82,8 @@ from malamute_pack.pair.replication import (
     History,
     Replica,
     ReplicationSource,
+    before_takeover,
+    claimed,
     security_change,
     security_state,
     set_state,
@@ -252,6 +256,7 @@ class PairService(Service):
 
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
+        found = dataclasses.replace(found, pair=claimed(found.pair))
         self._recovered = found
         # A journal that lost records (a damaged file, salvaged) still leads
         # the history it led: serving, it copies what it lost back from its
@@ -726,6 +731,8 @@ class PairService(Service):
             if self._abandoned():
                 return  # closed, and it stays so: the journal service's close waited for this one
             found = journal.open(takeover=True)
+            found = dataclasses.replace(found, pair=claimed(found.pair))
+            before = before_takeover(found.pair)
             self.takeovers += 1
             history = History(
                 uuid.uuid4().hex, found.pair.get("epoch", ""), found.lasts, found.last_id
@@ -736,15 +743,17 @@ class PairService(Service):
                 epoch=history.epoch,
             )
         else:
+            before = ""  # the same history: nothing to claim again
             history = History.from_state(found.pair)
             if not history.epoch:
                 history.epoch = uuid.uuid4().hex
         # Not yet served: if the takeover is abandoned from here on (the
         # broker stops), the journal claims no history it never served (found
         # by the soak: restarted, it made its partner, which had gone on
-        # serving, yield and cut back what it acknowledged meanwhile).
+        # serving, yield and cut back what it acknowledged meanwhile), and
+        # claims again the history it held before (L{claimed}).
         state = {**history.state(self.role.value), COMPLETE: "1", SERVED: "0"}
-        await journal.execute(set_state(state))
+        await journal.execute(set_state({**state, BEFORE_TAKEOVER: before}))
         if self._abandoned():
             return  # the journal service is closing the journal
         ceiling, own = self._partner_ceiling, journal.numbering_ceiling()
@@ -762,7 +771,8 @@ class PairService(Service):
             await journal.number_past(ceiling)  # it never moves numbering back
             if self._abandoned():
                 return
-        await journal.execute(set_state({SERVED: "1"}))  # it serves from here on
+        # It serves from here on.
+        await journal.execute(set_state({SERVED: "1", BEFORE_TAKEOVER: ""}))
         if self._abandoned():
             return
         self._leads = True

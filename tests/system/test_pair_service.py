@@ -604,7 +604,10 @@ class PairServiceTests(TestCase):
         journal closes, and it says it never served the new history
         (restarted, it claims no takeover of the primary's history: it
         would otherwise make the primary, which went on serving, yield and
-        cut back what it acknowledged meanwhile; found by the soak).
+        cut back what it acknowledged meanwhile; found by the soak). It
+        claims the history it followed, not leading it: not the new epoch
+        as its leader either (found by the soak: so claimed, the journal
+        looked unrelated to the backup's, and as the primary's it served).
         """
         others = await self.started()
         journal = self.backup.journal
@@ -628,8 +631,11 @@ class PairServiceTests(TestCase):
         kept = pair_state(journal.path)
         self.assertEqual(kept.get("previous_epoch"), followed["epoch"])
         self.assertEqual(kept.get("served"), "0")
+        self.assertNotEqual(kept.get("epoch"), followed["epoch"])  # the new history's
         self.backup.start(self.context)
         self.assertEqual(self.backup.pair.previous_epoch, "")
+        self.assertEqual(self.backup.pair.epoch, followed["epoch"])
+        self.assertFalse(self.backup.pair._leads)
 
     async def test_caughtUpUnheardMakesNoTakeover(self) -> None:
         """
