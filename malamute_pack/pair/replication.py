@@ -887,7 +887,7 @@ class Replica:
         self._saying_hello = False
         if self._stopped:
             return
-        state = dict(rows[0])
+        state = claimed(dict(rows[0]))
         epoch = state.get(EPOCH, "") if state.get(COMPLETE) == "1" else ""
         streams = {str(s): int(last) for s, last in rows[1] if last is not None}
         # A stream this journal lost records of (a salvage of a damaged

@@ -11,6 +11,7 @@ journal was salvaged gets what it lost again.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 from collections.abc import Callable, Coroutine
 from contextlib import closing
@@ -689,6 +690,46 @@ class ReplicationTests(JournalPairCase):
             pair.to_active.release()
             pair.replica.hello()
             await self.until(lambda: pair.source.in_sync)
+            await passive.flush()
+            self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
+
+        return self.run_async(run())
+
+    def test_abandoned_takeover_says_the_history_it_followed(self) -> Deferred[None]:
+        """
+        A passive whose journal holds a takeover abandoned before it served
+        (SERVED "0", what it held before kept) says hello with the history
+        it followed, which it holds whole: the active catches it up from
+        where it is, not as a journal of another history (copied whole).
+        """
+
+        async def run() -> None:
+            active, passive = self.journal("a"), self.journal("b")
+            for journal in (active, passive):
+                self.write(journal, "trades", 20)
+                await journal.flush()
+            followed = {"epoch": "e1", "leader": "", "previous_epoch": ""}
+            await passive.execute(
+                set_state(
+                    {
+                        "epoch": "e2",
+                        "leader": "backup",
+                        "previous_epoch": "e1",
+                        "complete": "1",
+                        "served": "0",
+                        "before_takeover": json.dumps(followed),
+                    }
+                )
+            )
+            self.write(active, "trades", 5)
+            await active.flush()
+            pair = Pair(active, passive, History("e1"), sync=True)
+            pair.replica.hello()
+            await self.until(lambda: pair.source.in_sync)
+            hello = next(m for m in pair.to_active.sent if isinstance(m, wire.Hello))
+            self.assertEqual(hello.epoch, "e1")
+            begin = next(m for m in pair.to_passive.sent if isinstance(m, wire.CatchupBegin))
+            self.assertEqual(begin.mode, wire.INCREMENTAL)
             await passive.flush()
             self.assertEqual(_stream(passive.path, "trades"), _stream(active.path, "trades"))
 
