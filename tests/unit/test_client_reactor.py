@@ -598,9 +598,10 @@ class ConsumerTests(ClientTestCase):
 
     async def test_commitPastTheEnd(self) -> None:
         """
-        A commit past the stream's last record returns the position the
-        broker clamped it to and made durable (the last record), and the
-        commits after it get their own answers.
+        A commit past the stream's last record (a number the broker never
+        gave) fails with the broker's refusal, at once, and the commits
+        after it get their own answers: the position the broker made
+        durable.
         """
         producer = await self.client("producer")
         await producer.set_producer("orders")
@@ -615,7 +616,9 @@ class ConsumerTests(ClientTestCase):
         # Without an answer the commit would fail at its deadline (30 s);
         # the test fails sooner.
         past.addTimeout(5, _clock)
-        self.assertEqual(await past, 5)
+        with self.assertRaises(MalamuteError) as caught:
+            await past
+        self.assertIn("past the last record", str(caught.exception))
         self.assertEqual(await again, 5)
 
     async def test_commitRefused(self) -> None:
