@@ -61,10 +61,7 @@ class PeerSession(_PackSession):
     """
 
     def __init__(
-        self,
-        name: str,
-        outbox: PeerOutbox,
-        refused: Callable[[tuple[int, int]], None] = lambda key: None,
+        self, name: str, outbox: PeerOutbox, refused: Callable[[tuple[int, int]], None]
     ) -> None:
         """
         @param refused: called with a letter's (kind, relay id) when it was

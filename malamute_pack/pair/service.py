@@ -131,6 +131,11 @@ class PairStatus:
     refused_clients: int
 
 
+def _as_claimed(found: Recovered) -> Recovered:
+    """What the journal held when it opened, with the history it claims (L{claimed})."""
+    return dataclasses.replace(found, pair=claimed(found.pair))
+
+
 class PairService(Service):
     """
     One broker of the pair: C{broker} receives its clients' messages
@@ -256,7 +261,7 @@ class PairService(Service):
 
     def recovered(self, found: Recovered) -> None:
         """What the journal held when it opened (the JournalService's callback)."""
-        found = dataclasses.replace(found, pair=claimed(found.pair))
+        found = _as_claimed(found)
         self._recovered = found
         # A journal that lost records (a damaged file, salvaged) still leads
         # the history it led: serving, it copies what it lost back from its
@@ -730,8 +735,7 @@ class PairService(Service):
             await journal.close()
             if self._abandoned():
                 return  # closed, and it stays so: the journal service's close waited for this one
-            found = journal.open(takeover=True)
-            found = dataclasses.replace(found, pair=claimed(found.pair))
+            found = _as_claimed(journal.open(takeover=True))
             before = before_takeover(found.pair)
             self.takeovers += 1
             history = History(
