@@ -920,12 +920,38 @@ class JournalWriter:
             outcome = PruneOutcome(job.deleted, job.first_seq, finished=True)
             self._call_from_thread(job.request.done, outcome)
         try:
-            self._conn.execute(SET_COUNTER, (RUNNING, 0))  # a clean close
-        except sqlite3.Error as e:
+            self._close_cleanly()
+        except Exception as e:  # a stream name SQLite cannot take, too: never stuck here
             _log.warn("could not mark the journal closed cleanly: {error}", error=e)
         self._conn.close()
         self._call_from_thread(op.done)
         return True
+
+    def _close_cleanly(self) -> None:
+        """
+        Mark the journal closed cleanly, in one transaction with the
+        high-water marks still owed (stream numbers and letter ids given
+        to records a failed batch did not write, with no commit since):
+        opened again, it gives none of them again. If that cannot be
+        written, the journal stays marked running, and its next open jumps
+        past them as after a crash.
+        """
+        conn = self._conn
+        self._rollback()
+        if not (self._unsaved_stream_last or self._unsaved_queued_last):
+            conn.execute(SET_COUNTER, (RUNNING, 0))
+            return
+        conn.execute("BEGIN")
+        try:
+            for stream, last in self._unsaved_stream_last.items():
+                conn.execute(UPSERT_STREAM_STATS, (stream, last, 0, 0))
+            if self._unsaved_queued_last:
+                conn.execute(RAISE_COUNTER, (QUEUED_LAST_ID, self._unsaved_queued_last))
+            conn.execute(SET_COUNTER, (RUNNING, 0))
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
 
     def _execute(self, op: Execute) -> None:
         results: list[list[tuple[Any, ...]]] = []

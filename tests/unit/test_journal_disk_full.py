@@ -2,8 +2,9 @@
 Tests for L{malamute_pack.journal} on a full disk: a journal on a small
 tmpfs whose space runs out reports SQLITE_FULL as a JournalError to
 on_durable and on_error, loses nothing it had acknowledged, writes nothing
-handed over before the reactor heard of a failure, and writes again once
-space is freed.
+handed over before the reactor heard of a failure, writes again once
+space is freed, and never gives again after a clean close the numbers it
+gave to what the full disk refused.
 """
 
 from __future__ import annotations
@@ -130,3 +131,45 @@ class DiskFullTests(TestCase):
         self.assertEqual(acks[2:], [None])
         self.assertEqual(seqs((yield journal.read_stream("s", 1, 10))), [2])
         yield journal.close()
+
+    @inlineCallbacks
+    def test_numbersOfFailedWritesNotGivenAgainAfterACleanClose(self) -> Inline:
+        """
+        Letters and stream records fail on the full disk; space frees and
+        the journal closes cleanly with no write committed since: opened
+        again, it gives neither a letter id nor a stream number that the
+        failed ones had (a client that saw a letter id drops a later letter
+        with the same one as a repeat: the soak lost letters so, after a
+        broker's clean restart that followed a full disk).
+        """
+        path = self.mount / "journal.db"
+        journal, _ = open_journal(self, path)
+        acks: list[JournalError | None] = []
+        journal.store_queued("mailbox", "m", "a", "before", "t", None, [b"ok"], acks.append)
+        self.assertEqual(journal.append_stream("s", "a", "b", [b"ok"], 1.0), 1)
+        yield journal.flush()
+        self.assertEqual(acks, [None])
+
+        filler = self.mount / "filler"
+        fill_disk(filler)
+        failed = [
+            journal.store_queued(
+                "mailbox", "m", "a", "lost", "t", None, [b"y" * 65536], acks.append
+            ).id
+            for _ in range(3)
+        ]
+        self.assertEqual(journal.append_stream("s", "a", "b", [b"x" * 65536], 2.0), 2)
+        self.assertEqual(journal.append_stream("s", "a", "b", [b"x" * 65536], 3.0), 3)
+        yield journal.flush()
+        self.assertEqual(len(acks), 4)
+        self.assertTrue(all(isinstance(ack, JournalError) for ack in acks[1:]), acks)
+        filler.unlink()
+        yield journal.close()
+
+        journal, recovered = open_journal(self, path)
+        self.assertEqual([r.subject for r in recovered.queued], ["before"])
+        after = journal.store_queued("mailbox", "m", "a", "after", "t", None, [b"ok"], acks.append)
+        self.assertGreater(after.id, max(failed))
+        self.assertGreater(journal.append_stream("s", "a", "b", [b"ok"], 4.0), 3)
+        yield journal.flush()
+        self.assertEqual(acks[4:], [None])
