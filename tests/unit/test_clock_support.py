@@ -6,6 +6,7 @@ wait for the test to run them, in order, or go to a reactor it was given.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorFromThreads
@@ -76,6 +77,28 @@ class ThreadedClockTests(SynchronousTestCase):
             AssertionError, clock.run_thread_calls, lambda: False, timeout=0.05
         )
         self.assertIn("did not settle", str(error))
+
+    def test_endlessCallsFail(self) -> None:
+        """
+        Calls that never stop coming (each call makes the next) do not hold
+        the test past the timeout: waiting fails then, calls still waiting.
+        """
+        clock = ThreadedClock()
+        # Ends by itself after 5 s, so that a clock without the bound fails
+        # this test rather than hanging it.
+        until = time.monotonic() + 5.0
+
+        def again() -> None:
+            if time.monotonic() < until:
+                clock.callFromThread(again)
+
+        clock.callFromThread(again)
+        started = time.monotonic()
+        error = self.assertRaises(
+            AssertionError, clock.run_thread_calls, lambda: False, timeout=0.2
+        )
+        self.assertIn("did not settle", str(error))
+        self.assertLess(time.monotonic() - started, 5.0)
 
     def test_forwardedToReactor(self) -> None:
         """
