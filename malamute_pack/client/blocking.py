@@ -281,6 +281,15 @@ class BlockingClient(ClientFacade[None, int]):
     def delivered(self, delivery: Delivery) -> None:
         self._deliveries.append(delivery)
 
+    def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
+        deliveries = self._deliveries
+        dropped = [d for d in deliveries if stale(d)]
+        if dropped:
+            kept = [d for d in deliveries if not stale(d)]
+            deliveries.clear()
+            deliveries.extend(kept)
+        return dropped
+
     def confirmed(self, confirmation: Confirmation) -> None:
         self._confirmations.append(confirmation)
 

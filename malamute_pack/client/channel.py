@@ -110,6 +110,13 @@ class ChannelOwner(Protocol):
     def regrant_credit(self) -> None:
         """A new broker session: grant again the credit left."""
 
+    def forget_given_back(self) -> None:
+        """
+        A new broker session: the group records that came on the last one
+        and wait for the application were given back to their groups (the
+        broker forgot that session, or this client left it): drop them.
+        """
+
     def record_setting(self, setting: Setting) -> None:
         """The broker accepted C{setting}: keep it for replay."""
 
@@ -516,6 +523,9 @@ class CommandChannel:
 
     def _action_count_reconnect(self, payload: Payload) -> None:
         self.reconnects += 1
+
+    def _action_forget_given_back(self, payload: Payload) -> None:
+        self._owner.forget_given_back()
 
     def _action_regrant_credit(self, payload: Payload) -> None:
         self._owner.regrant_credit()

@@ -95,6 +95,12 @@ class CoreOwner(Recipient, Protocol):
         take it now: False, and nothing sent, if it is not up (yet).
         """
 
+    def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
+        """
+        Drop the deliveries not yet handed to the application that C{stale}
+        picks; return them.
+        """
+
 
 def _ignore_stored(result: int | ClientError) -> None:
     pass
@@ -124,7 +130,7 @@ class ClientCore(ChannelOwner):
         self._clock = clock
         self._owner = owner
         self._ring = EndpointRing(endpoints)
-        sequences = SeenSequences()
+        sequences = self._sequences = SeenSequences()
         self._channel = CommandChannel(clock, self, options, self._ring)
         self._heartbeat = Heartbeat(clock, owner.send_frames, options.heartbeat, options.timeout)
         self._credit = Credit(owner.send_frames)
@@ -530,6 +536,29 @@ class ClientCore(ChannelOwner):
 
     def regrant_credit(self) -> None:
         self._credit.regrant()
+
+    def forget_given_back(self) -> None:
+        groups = {
+            setting.stream
+            for setting in self._subscriptions.settings
+            if isinstance(setting, mlm.StreamConsume) and setting.group
+        }
+        if not groups:
+            return
+        dropped = self._owner.withdraw(
+            lambda delivery: delivery.sequence is not None and delivery.address in groups
+        )
+        if dropped:
+            # Their commits would be refused (300): another member has them now.
+            # Not had: if the group gives one to this member again, it is taken.
+            for delivery in dropped:
+                assert delivery.sequence is not None
+                self._sequences.discard(delivery.address, delivery.sequence)
+            _log.info(
+                "{count} group records not yet handed over were given back when the broker"
+                " forgot this connection: dropped",
+                count=len(dropped),
+            )
 
     def record_setting(self, setting: Setting) -> None:
         self._subscriptions.record(setting)

@@ -60,6 +60,12 @@ class SeenSequences:
             self._compact(entry)
         return True
 
+    def discard(self, stream: str, sequence: int) -> None:
+        """C{sequence} of C{stream} was not handed over after all: taken if it comes again."""
+        entry = self._streams.get(stream)
+        if entry is not None:
+            entry.seen.discard(sequence)
+
     def last(self, stream: str) -> int | None:
         """The highest sequence number of C{stream} handed over, if any."""
         entry = self._streams.get(stream)

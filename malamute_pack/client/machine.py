@@ -127,6 +127,9 @@ class Action(enum.Enum):
     REOPEN = "reopen"  # CONNECTION_OPEN again; unacknowledged sends go again later
     COUNT_RECONNECT = "count_reconnect"
     REGRANT_CREDIT = "regrant_credit"
+    # Group records not yet handed over came on the connection the broker
+    # forgot (or left): it gave them back to the group; dropped.
+    FORGET_GIVEN_BACK = "forget_given_back"
     START_REPLAY = "start_replay"  # take the replay plan
     REPLAY_NEXT = "replay_next"  # its next step, or raise REPLAYED
     FALL_BACK = "fall_back"  # a refused step is replaced by its fallback, if any
@@ -201,7 +204,13 @@ MACHINE: Final[dict[tuple[ClientState, Event], Row]] = {
     # The broker may know us by now; tell it, without waiting.
     (_S.RECONNECTING, _E.CLOSE): Row((_A.WAIT_FOR_CLOSE, _A.SAY_CLOSE, *_CLOSE_NOW), _S.CLOSED),
     (_S.RECONNECTING, _E.OPEN_OK): Row(
-        (_A.COUNT_RECONNECT, _A.REGRANT_CREDIT, _A.START_REPLAY, _A.REPLAY_NEXT),
+        (
+            _A.COUNT_RECONNECT,
+            _A.FORGET_GIVEN_BACK,
+            _A.REGRANT_CREDIT,
+            _A.START_REPLAY,
+            _A.REPLAY_NEXT,
+        ),
         _S.RECONNECTING,
     ),
     # Refused for real (e.g. the client limit): wait for the broker and try again.
@@ -272,7 +281,14 @@ FAILOVER_MACHINE: Final[dict[tuple[ClientState, Event], Row]] = {
     ),
     #
     (_S.RECONNECTING, _E.OPEN_OK): Row(
-        (_A.ARRIVED, _A.COUNT_RECONNECT, _A.REGRANT_CREDIT, _A.START_REPLAY, _A.REPLAY_NEXT),
+        (
+            _A.ARRIVED,
+            _A.COUNT_RECONNECT,
+            _A.FORGET_GIVEN_BACK,
+            _A.REGRANT_CREDIT,
+            _A.START_REPLAY,
+            _A.REPLAY_NEXT,
+        ),
         _S.RECONNECTING,
     ),
     (_S.RECONNECTING, _E.SILENCE): Row((_A.WARN_SILENCE, _A.FAIL_OVER), _S.RECONNECTING),

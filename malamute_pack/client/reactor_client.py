@@ -300,6 +300,13 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         self._watch(monitor)
         self._socket.startReading()
 
+    def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
+        pending = self._deliveries.pending
+        dropped = [d for d in pending if stale(d)]
+        if dropped:
+            pending[:] = [d for d in pending if not stale(d)]
+        return dropped
+
     def delivered(self, delivery: Delivery) -> None:
         callback = self.on_delivery
         if callback is None:

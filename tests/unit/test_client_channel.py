@@ -36,6 +36,7 @@ class ChannelRecorder:
         self.pinging = False
         self.flushes = 0
         self.regrants = 0
+        self.forgets = 0
         self.recorded: list[Setting] = []
         self.plan: list[ReplayStep] = []
         self.resends = 0
@@ -69,6 +70,9 @@ class ChannelRecorder:
 
     def regrant_credit(self) -> None:
         self.regrants += 1
+
+    def forget_given_back(self) -> None:
+        self.forgets += 1
 
     def record_setting(self, setting: Setting) -> None:
         self.recorded.append(setting)

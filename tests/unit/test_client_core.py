@@ -58,6 +58,11 @@ class Recorder:
     def delivered(self, delivery: Delivery) -> None:
         self.deliveries.append(delivery)
 
+    def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
+        dropped = [d for d in self.deliveries if stale(d)]
+        self.deliveries = [d for d in self.deliveries if not stale(d)]
+        return dropped
+
     def confirmed(self, confirmation: Confirmation) -> None:
         self.confirmations.append(confirmation)
 
@@ -813,6 +818,34 @@ class V2ConsumerTests(V2TestCase):
     def test_unknownWhence(self) -> None:
         """A whence the protocol does not define raises ValueError at the call."""
         self.assertRaises(ValueError, self.core.set_consumer, "s", "", Result(), 7)
+
+    def test_groupRecordsOfAForgottenConnectionDropped(self) -> None:
+        """
+        When the broker forgot this connection (ERROR 500, OPEN again), the
+        records of a group membership waiting for the application are
+        dropped: the broker gave them back to the group, another member
+        has them now (found by the soak: a member woken from a pause
+        handed its application records another member had acknowledged).
+        The records of a plain reader and the letters stay; a group record
+        after the new OPEN is delivered.
+        """
+        self.setting(
+            lambda d: self.core.consume("orders", "", "m1", d, group="g"),
+            mlm.StreamConsume("orders", "", "m1", "g", mlm.RESUME, 0),
+        )
+        self.setting(lambda d: self.core.set_consumer("news", "", d), mlm.StreamRead("news", ""))
+        self.stream_record("orders", 5)
+        self.stream_record("news", 7)
+        self.record(11)
+        self.stream_record("orders", 6)
+        self.forget_us()
+        self.replay()
+        self.assertEqual(
+            [(d.address, d.sequence, d.id) for d in self.owner.deliveries],
+            [("news", 7, None), ("me", None, 11)],
+        )
+        self.stream_record("orders", 5)
+        self.assertEqual(self.owner.deliveries[-1].sequence, 5)
 
 
 class CommitTests(V2TestCase):

@@ -37,6 +37,16 @@ class SeenSequencesTests(SynchronousTestCase):
         self.assertIsNone(seen.last("a"))
         self.assertTrue(seen.add("a", 1))
 
+    def test_discard(self) -> None:
+        """A number discarded is new again; the others of its stream stay seen."""
+        seen = SeenSequences()
+        seen.add("a", 1)
+        seen.add("a", 2)
+        seen.discard("a", 2)
+        seen.discard("b", 2)  # a stream never read: nothing to do
+        self.assertTrue(seen.add("a", 2))
+        self.assertFalse(seen.add("a", 1))
+
     def test_windowBounded(self) -> None:
         """
         Numbers more than the window below the highest are forgotten (so a
