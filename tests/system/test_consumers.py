@@ -2,7 +2,9 @@
 Durable named readers end to end, with real processes: C{malamute tail
 --consumer} run twice resumes where the first left off, across a broker's
 C{kill -9} and restart, and across a pair's fail-over (the position is
-replicated to the partner). Model: L{malamute_pack.broker.consumers}.
+replicated to the partner); group members that share a stream, one killed
+or stalled past the broker's timeout. Model:
+L{malamute_pack.broker.consumers}.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from typing import Any, ClassVar
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from malamute_pack.client.blocking import BlockingClient
 from malamute_pack.client.bulk import BulkClient
+from malamute_pack.client.errors import MalamuteError
+from malamute_pack.protocol import mlm
 from malamute_pack.testing.brokerprocess import BrokerProcess
 from tests.cli_support import COMMAND, cli_environment, malamute
 from tests.group_members import Member, check_printed
@@ -121,6 +126,54 @@ class ConsumerGroupTests(SynchronousTestCase):
         survivors = members[1:]
         check_printed(self, members, survivors, set(range(1, 10_001)), 60)
         self.assertTrue(all(member.records for member in survivors))
+
+    def test_stalledMemberDropsWhatWasGivenBack(self) -> None:
+        """
+        A member that stops calling its client longer than the broker's
+        timeout is forgotten, and the records sent to it go to the other
+        member, who acknowledges them. Woken, the stalled member's client
+        connects again and drops the records it still held for the
+        application: at most the first one it hands over before it hears
+        that the broker forgot it is one the other member had (its commit
+        is refused, 300); every record is acknowledged by one member.
+        """
+        broker = BrokerProcess(Path(self.mktemp()), args=["--timeout", "1000"])
+        broker.start()
+        self.addCleanup(broker.stop)
+        stalled = BlockingClient([broker.endpoint], "m1", timeout=5.0, heartbeat=0.3)
+        self.addCleanup(stalled.close)
+        stalled.consume(STREAM, "", "m1", "g", mlm.RESUME)
+        write_records(broker.endpoint, 250)
+        other = BlockingClient([broker.endpoint], "m2", timeout=5.0, heartbeat=0.3)
+        self.addCleanup(other.close)
+        other.consume(STREAM, "", "m2", "g", mlm.RESUME)
+        acknowledged: dict[int, str] = {}
+
+        def take(client: BlockingClient, name: str, seconds: float) -> list[int]:
+            got = []
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                delivery = client.recv(timeout=0.1)
+                if delivery is None or delivery.sequence is None:
+                    continue
+                got.append(delivery.sequence)
+                try:
+                    client.commit(STREAM, delivery.sequence)
+                except MalamuteError as e:
+                    self.assertEqual(e.code, 300, str(e))
+                else:
+                    self.assertNotIn(delivery.sequence, acknowledged)
+                    acknowledged[delivery.sequence] = name
+            return got
+
+        # The stalled member makes no call for 3 s: the broker forgets it.
+        taken_over = take(other, "m2", 3.0)
+        self.assertTrue(taken_over, "the other member got nothing given back")
+        woken = take(stalled, "m1", 3.0)
+        before = [seq for seq in woken if acknowledged.get(seq) == "m2" and seq in taken_over]
+        self.assertLessEqual(len(before), 1, f"handed over after the other had them: {before}")
+        take(other, "m2", 1.0)
+        self.assertEqual(sorted(acknowledged), list(range(1, 251)))
 
 
 class ConsumerPairTests(PairCase):
