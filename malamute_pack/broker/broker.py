@@ -171,6 +171,8 @@ class Broker:
         # do everything, as in the C broker).
         self.access: AccessControl | None = None
         self._sweeper = LoopingCall(self.expire_silent)
+        self._last_sweep: float | None = None
+        self._skipped_sweep = False
         self._sweeper.clock = clock
 
     # Lifetime
@@ -181,6 +183,7 @@ class Broker:
 
     def start(self) -> None:
         """Start expiring silent connections (checked four times a timeout)."""
+        self._last_sweep = self._clock.seconds()
         self._sweeper.start(self.config.timeout / 4, now=False)
 
     def stop(self) -> None:
@@ -597,10 +600,30 @@ class Broker:
                 connection.last_seen = now
 
     def expire_silent(self) -> None:
-        """Expire every connection silent for longer than the timeout."""
+        """
+        Expire every connection silent for longer than the timeout, and the
+        group members past their lease. A sweep that comes much later than
+        its time (more than half a timeout since the last: this broker was
+        paused, or starved) expires nothing: what the clients sent
+        meanwhile waits unread, and they were not silent; the next sweep,
+        a quarter of a timeout later, expires those that still are (never
+        two sweeps skipped in a row, so a broker always late still expires).
+        """
         if self._deaf:
             return
-        limit = self._clock.seconds() - self.config.timeout
+        now = self._clock.seconds()
+        last, self._last_sweep = self._last_sweep, now
+        late = last is not None and now - last > self.config.timeout / 2
+        if late and not self._skipped_sweep:
+            self._skipped_sweep = True
+            _log.info(
+                "this broker did not run for {seconds:.1f}s (paused, or starved): no client"
+                " is expired for that silence before what they sent meanwhile is read",
+                seconds=now - last if last is not None else 0.0,
+            )
+            return
+        self._skipped_sweep = False
+        limit = now - self.config.timeout
         # A pack session lives as long as its peer (ZRE's own timers say), a
         # bridge as long as the broker.
         expired = [c for c in self.registry if c.last_seen < limit and not (c.remote or c.internal)]

@@ -97,10 +97,36 @@ class ConnectionTests(SynchronousTestCase):
         [reply] = self.h.command(A, mlm.ConnectionPing())
         self.assertIsInstance(reply, mlm.Error)
 
+    def test_pauseExpiresNobody(self) -> None:
+        """
+        A broker that did not run for longer than the timeout (paused: its
+        timers all come late at once) expires nobody at its first sweep:
+        what its clients sent meanwhile is read first. A client that did
+        send stays; one that did not is expired a sweep later.
+        """
+        self.h.open(A, "a")
+        self.h.open(B, "b")
+        self.h.clock.advance(1)
+        self.h.clock.advance(7)  # paused: the sweeper's call comes 7 s late
+        self.assertTrue(self.h.connected(A))
+        self.assertTrue(self.h.connected(B))
+        self.h.command(B, mlm.ConnectionPing())  # its pings, read after the pause
+        self.h.clock.advance(1.25)
+        self.assertFalse(self.h.connected(A))
+        self.assertTrue(self.h.connected(B))
+
+    def test_alwaysLateStillExpires(self) -> None:
+        """A broker whose every sweep is late still expires a silent client."""
+        self.h.open(A, "a")
+        for _ in range(3):
+            self.h.clock.advance(4)
+        self.assertFalse(self.h.connected(A))
+
     def test_expiredMailboxKept(self) -> None:
         """Mail sent to an expired client's address waits for its return."""
         self.h.open(A, "a")
-        self.h.clock.advance(20)
+        for _ in range(20):  # the broker runs; the client is silent
+            self.h.clock.advance(1)
         self.h.open(B)
         self.h.send(B, mlm.MailboxSend("a", "later", "", 0, [b"1"]))
         self.assertEqual(deliveries(self.h.open(A, "a")), [("later", [b"1"])])

@@ -196,7 +196,7 @@ class SharingTests(PackGroupCase):
         self.assertTrue(held)
         for s, _ in self.got[("a", b"m1")]:
             self.commit("a", b"m1", s)
-        self.h("a").clock.advance(46)  # past the 30 s lease, and a sweep
+        self.h("a").clock.pump([1.0] * 46)  # past the 30 s lease, and a sweep
         self.collect()
         self.assertLessEqual(held, {s for s, _ in self.got[("a", b"m1")]})
         errors = [m for m in self.other[("b", b"m2")] if isinstance(m, mlm.Error)]
