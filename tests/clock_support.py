@@ -43,6 +43,10 @@ class ThreadedClock(Clock):
         else:
             self._calls.put((f, args, kwargs))
 
+    def waiting_calls(self) -> int:
+        """How many calls other threads made that the test has not run yet."""
+        return self._calls.qsize()
+
     def run_thread_calls(self, idle: Callable[[], bool], timeout: float = 30.0) -> None:
         """
         Run the calls other threads made, in the order they made them,

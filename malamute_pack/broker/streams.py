@@ -689,9 +689,12 @@ class Streams:
         if wanted > store.last_seq(name):
             del connection.behind[name]  # caught up: live from here on
             return
-        if _durable_reader(connection, name) and wanted > self._durable_through(name):
-            self._awaiting.setdefault(name, set()).add(connection)
-            return
+        durable: int | None = None
+        if _durable_reader(connection, name):
+            durable = self._durable_through(name)
+            if wanted > durable:
+                self._awaiting.setdefault(name, set()).add(connection)
+                return
         if not connection.can_take():
             return
         # A read served from the journal's in-memory tail fires at once, one
@@ -702,21 +705,38 @@ class Streams:
         # written while it ran (those come next, not skipped with the hole).
         through = store.last_seq(name)
         store.read_stream(name, wanted, self._replay_batch).addCallback(
-            self._read_done, connection, name, through
+            self._read_done, connection, name, through, durable
         ).addErrback(self._replay_failed, connection, name)
 
     def _read_done(
-        self, records: list[StreamRecord], connection: Connection, name: str, through: int
+        self,
+        records: list[StreamRecord],
+        connection: Connection,
+        name: str,
+        through: int,
+        durable: int | None,
     ) -> None:
         connection.replaying.discard(name)
         if connection.gone or name not in connection.behind:
             return
-        self._deliver_records(connection, name, records, through)
+        self._deliver_records(connection, name, records, through, durable)
         self.resume(connection, name)
 
     def _deliver_records(
-        self, connection: Connection, name: str, records: list[StreamRecord], through: int
+        self,
+        connection: Connection,
+        name: str,
+        records: list[StreamRecord],
+        through: int,
+        durable: int | None,
     ) -> None:
+        """
+        Deliver C{records} (a read of C{name} up to C{through}) to
+        C{connection}; a durable reader only up to C{durable}, what was
+        durable when the read began: a record read from the journal's
+        memory then, whose batch failed since, was never written (the
+        bound now would count it settled).
+        """
         stream = self.streams[name]
         behind = connection.behind
         store = self._store
@@ -736,7 +756,6 @@ class Streams:
             return
         matches = stream.readers.owner_matches
         session = connection.session
-        durable = self._durable_through(name) if _durable_reader(connection, name) else None
         for record in records:
             while lost and lost[0][0] <= record.seq:
                 self._damaged(connection, name, *lost.popleft())

@@ -8,6 +8,7 @@ mailboxes and queues with STORED and DONE, and recovery after a restart.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +22,7 @@ from malamute_pack.protocol import chunks, mlm
 from tests.broker_support import BrokerHarness
 from tests.journal_support import ids_before
 from tests.memory_session import InMemorySession
+from tests.support import fill_disk, mount_tmpfs, skip_slow
 from tests.unit.test_journal_damage import mark_crashed
 
 W, R, R2, S = b"writer", b"reader", b"reader-2", b"sender"
@@ -612,3 +614,45 @@ class HoleTests(DurableTestCase):
         self.write("d", "e")
         got = [m for m in self.h.take(R) if isinstance(m, mlm.StreamRecord)]
         self.assertEqual([(m.sequence, m.subject) for m in got], [(1004, "d"), (1005, "e")])
+
+
+class FailedBatchTests(DurableTestCase):
+    """Records numbered in a batch the full disk refused, and a durable reader."""
+
+    skip = skip_slow
+
+    def setUp(self) -> None:
+        self.mount = Path(self.mktemp()).resolve()
+        # Registered first, so it is unmounted after the journal's own close.
+        mount_tmpfs(self, self.mount, "2m")
+        self.path = self.mount / "journal.sqlite"
+        self.h = self.harness()
+        self.addCleanup(lambda: self.h.close())
+
+    def test_failedRecordsNeverReachADurableReader(self) -> None:
+        """
+        A durable consumer's read starts while records are still being
+        written (they are in the journal's memory, not on disk); their batch
+        fails on the full disk before the read's answer is delivered: the
+        consumer is never sent them (they were never written; found by the
+        soak: a peer broker, a durable reader, copied records of an append
+        its origin had refused, and the retry's records too).
+        """
+        self.writer()
+        self.write(*(f"ok{n}" for n in range(5)))
+        self.h.open(R, "consumer", version=2)
+        filler = self.mount / "filler"
+        fill_disk(filler)
+        self.h.send(W, mlm.StreamSend("lost", [bytes(65536)]))
+        # The batch goes to the writer, which fails it; the reactor has not
+        # heard yet (the answer waits in the clock's queue).
+        clock = self.h.clock
+        clock.advance(0)
+        deadline = time.monotonic() + 30
+        while clock.waiting_calls() == 0:
+            self.assertLess(time.monotonic(), deadline, "the writer never answered")
+            time.sleep(0.01)
+        self.h.send(R, mlm.StreamConsume("s", "", "c1", "", mlm.EARLIEST, 0))
+        got = records(self.h.take(R))
+        filler.unlink()
+        self.assertEqual([subject for _, subject in got], [f"ok{n}" for n in range(5)])

@@ -78,6 +78,14 @@ class ThreadedClockTests(SynchronousTestCase):
         )
         self.assertIn("did not settle", str(error))
 
+    def test_waitingCallsCounted(self) -> None:
+        """waiting_calls() counts the calls made from other threads not run yet."""
+        clock = ThreadedClock()
+        from_thread(lambda: clock.callFromThread(lambda: None))
+        self.assertEqual(clock.waiting_calls(), 1)
+        clock.run_thread_calls(lambda: True)
+        self.assertEqual(clock.waiting_calls(), 0)
+
     def test_endlessCallsFail(self) -> None:
         """
         Calls that never stop coming (each call makes the next) do not hold
