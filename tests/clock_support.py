@@ -35,7 +35,11 @@ class ThreadedClock(Clock):
     def __init__(self, reactor: IReactorFromThreads | None = None) -> None:
         super().__init__()
         self._reactor = reactor
-        self._calls: queue.SimpleQueue[ThreadCall] = queue.SimpleQueue()
+        # A Queue, not a SimpleQueue: CPython 3.11's SimpleQueue.get(timeout=)
+        # interrupted by a signal (a child process ending: SIGCHLD) can wait
+        # on with a negative time left, which means for ever (a unit run hung
+        # so in BrokerHarness.close; gdb showed the wait with -454 us).
+        self._calls: queue.Queue[ThreadCall] = queue.Queue()
 
     def callFromThread(self, f: Callable[..., object], *args: object, **kwargs: object) -> None:
         if self._reactor is not None:
