@@ -613,13 +613,12 @@ class Broker:
             return
         now = self._clock.seconds()
         last, self._last_sweep = self._last_sweep, now
-        late = last is not None and now - last > self.config.timeout / 2
-        if late and not self._skipped_sweep:
+        if last is not None and now - last > self.config.timeout / 2 and not self._skipped_sweep:
             self._skipped_sweep = True
             _log.info(
                 "this broker did not run for {seconds:.1f}s (paused, or starved): no client"
                 " is expired for that silence before what they sent meanwhile is read",
-                seconds=now - last if last is not None else 0.0,
+                seconds=now - last,
             )
             return
         self._skipped_sweep = False

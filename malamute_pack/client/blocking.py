@@ -61,7 +61,7 @@ from malamute_pack.client.errors import (
     ClientClosedError,
     ClientError,
 )
-from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.events import Confirmation, Delivery, Gap, partition
 from malamute_pack.client.facade import ClientFacade
 from malamute_pack.client.monitor import (
     Handshakes,
@@ -282,12 +282,10 @@ class BlockingClient(ClientFacade[None, int]):
         self._deliveries.append(delivery)
 
     def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
-        deliveries = self._deliveries
-        dropped = [d for d in deliveries if stale(d)]
+        kept, dropped = partition(self._deliveries, stale)
         if dropped:
-            kept = [d for d in deliveries if not stale(d)]
-            deliveries.clear()
-            deliveries.extend(kept)
+            self._deliveries.clear()
+            self._deliveries.extend(kept)
         return dropped
 
     def confirmed(self, confirmation: Confirmation) -> None:

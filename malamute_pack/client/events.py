@@ -8,6 +8,7 @@ Tests: ``tests/unit/test_client_core.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +48,17 @@ class Delivery:
     sequence: int | None = None
     timestamp: float | None = None
     id: int | None = None
+
+
+def partition(
+    deliveries: Iterable[Delivery], stale: Callable[[Delivery], bool]
+) -> tuple[list[Delivery], list[Delivery]]:
+    """C{deliveries} split, in order, into those C{stale} keeps and those it picks."""
+    kept: list[Delivery] = []
+    dropped: list[Delivery] = []
+    for delivery in deliveries:
+        (dropped if stale(delivery) else kept).append(delivery)
+    return kept, dropped
 
 
 @dataclass(frozen=True, slots=True)

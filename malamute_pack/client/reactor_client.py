@@ -67,7 +67,7 @@ from malamute_pack.client.errors import (
     ClientClosedError,
     ClientError,
 )
-from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.events import Confirmation, Delivery, Gap, partition
 from malamute_pack.client.facade import ClientFacade
 from malamute_pack.client.monitor import (
     Handshakes,
@@ -301,10 +301,9 @@ class MalamuteClient(ClientFacade[Deferred[None], Deferred[int]]):
         self._socket.startReading()
 
     def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
-        pending = self._deliveries.pending
-        dropped = [d for d in pending if stale(d)]
+        kept, dropped = partition(self._deliveries.pending, stale)
         if dropped:
-            pending[:] = [d for d in pending if not stale(d)]
+            self._deliveries.pending[:] = kept
         return dropped
 
     def delivered(self, delivery: Delivery) -> None:

@@ -25,7 +25,7 @@ from malamute_pack.client.errors import (
     MalamuteError,
     MessageDroppedError,
 )
-from malamute_pack.client.events import Confirmation, Delivery, Gap
+from malamute_pack.client.events import Confirmation, Delivery, Gap, partition
 from malamute_pack.client.options import ClientOptions
 from malamute_pack.protocol import mlm
 
@@ -59,8 +59,7 @@ class Recorder:
         self.deliveries.append(delivery)
 
     def withdraw(self, stale: Callable[[Delivery], bool]) -> list[Delivery]:
-        dropped = [d for d in self.deliveries if stale(d)]
-        self.deliveries = [d for d in self.deliveries if not stale(d)]
+        self.deliveries, dropped = partition(self.deliveries, stale)
         return dropped
 
     def confirmed(self, confirmation: Confirmation) -> None:
@@ -818,6 +817,15 @@ class V2ConsumerTests(V2TestCase):
     def test_unknownWhence(self) -> None:
         """A whence the protocol does not define raises ValueError at the call."""
         self.assertRaises(ValueError, self.core.set_consumer, "s", "", Result(), 7)
+
+    def test_partition(self) -> None:
+        """partition() splits deliveries in order into those kept and those picked."""
+        deliveries = [
+            Delivery("STREAM_DELIVER", "p", "s", str(n), "", (), sequence=n) for n in range(5)
+        ]
+        kept, dropped = partition(deliveries, lambda d: d.sequence in (1, 3))
+        self.assertEqual([d.sequence for d in kept], [0, 2, 4])
+        self.assertEqual([d.sequence for d in dropped], [1, 3])
 
     def test_groupRecordsOfAForgottenConnectionDropped(self) -> None:
         """
